@@ -1,0 +1,293 @@
+"""The library's errors: one root, one subclass per decision a caller makes.
+
+Every error keeps its structured arguments as attributes, builds its own message and pickles
+(the arguments are passed to ``Exception.__init__`` so ``__reduce__`` can rebuild it).
+"""
+
+from __future__ import annotations
+
+
+class JournalError(Exception):
+    """The root of every error the library raises."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+
+    def __str__(self) -> str:
+        return self.message()
+
+    def message(self) -> str:
+        return " ".join(str(a) for a in self.args) or type(self).__name__
+
+
+class NotAJournal(JournalError):
+    """The file exists but is not a journal (another SQLite database, or not SQLite at all)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(path, reason)
+        self.path, self.reason = path, reason
+
+    def message(self) -> str:
+        return f"{self.path} is not a journal: {self.reason} (the file was left untouched)"
+
+
+class SchemaTooNew(JournalError):
+    """The file was written by a newer version of the library; it is never downgraded."""
+
+    def __init__(self, path: str, version: int, supported: int) -> None:
+        super().__init__(path, version, supported)
+        self.path, self.version, self.supported = path, version, supported
+
+    def message(self) -> str:
+        return (
+            f"{self.path} has schema version {self.version}; this library reads up to "
+            f"{self.supported} (upgrade agent-journal; the file was left untouched)"
+        )
+
+
+class JournalBusy(JournalError):
+    """Another connection held the write lock for longer than the busy timeout."""
+
+    def __init__(self, timeout_ms: int) -> None:
+        super().__init__(timeout_ms)
+        self.timeout_ms = timeout_ms
+
+    def message(self) -> str:
+        return f"the journal stayed locked by another writer for more than {self.timeout_ms} ms"
+
+
+class JournalIOError(JournalError, OSError):
+    """The disk failed under a write.
+
+    ``outcome`` says what is known of the write: ``"absent"`` (known not written),
+    ``"present"`` (known written) or ``"unknown"`` (a COMMIT raised; re-read before retrying).
+    """
+
+    def __init__(self, operation: str, outcome: str, detail: str = "") -> None:
+        super().__init__(operation, outcome, detail)
+        self.operation, self.outcome, self.detail = operation, outcome, detail
+
+    def message(self) -> str:
+        tail = f": {self.detail}" if self.detail else ""
+        return f"I/O error during {self.operation} (write {self.outcome}){tail}"
+
+
+class DiskFull(JournalIOError):
+    """The disk (or the file's size limit) is full."""
+
+
+class CorruptJournal(JournalError):
+    """SQLite reports the file as damaged."""
+
+    def __init__(self, path: str, detail: str) -> None:
+        super().__init__(path, detail)
+        self.path, self.detail = path, detail
+
+    def message(self) -> str:
+        return f"{self.path} is damaged: {self.detail}"
+
+
+class JournalClosed(JournalError):
+    """The journal was used after ``close()``."""
+
+    def message(self) -> str:
+        return "the journal is closed"
+
+
+class InvalidArgument(JournalError, ValueError):
+    """An argument other than event data is out of its domain."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        super().__init__(name, problem)
+        self.name, self.problem = name, problem
+
+    def message(self) -> str:
+        return f"{self.name}: {self.problem}"
+
+
+class InvalidEvent(JournalError, ValueError):
+    """An event was refused before anything was written; ``field`` names the problem's place."""
+
+    def __init__(self, field: str, problem: str, index: int | None = None) -> None:
+        super().__init__(field, problem, index)
+        self.field, self.problem, self.index = field, problem, index
+
+    def message(self) -> str:
+        where = f"item {self.index}: " if self.index is not None else ""
+        return f"invalid event: {where}{self.field}: {self.problem}"
+
+
+class SessionNotFound(JournalError, LookupError):
+    """No session has this id."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(session_id)
+        self.session_id = session_id
+
+    def message(self) -> str:
+        return f"no session {self.session_id!r}"
+
+
+class SessionExists(JournalError):
+    """A session with this id already exists."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(session_id)
+        self.session_id = session_id
+
+    def message(self) -> str:
+        return f"a session {self.session_id!r} already exists"
+
+
+class InvalidBoundary(JournalError, ValueError):
+    """A fork boundary that is neither a non-negative integer nor ``"last"``."""
+
+    def __init__(self, boundary: object) -> None:
+        super().__init__(boundary)
+        self.boundary = boundary
+
+    def message(self) -> str:
+        return f"invalid fork boundary {self.boundary!r}: give a seq (an int >= 0) or 'last'"
+
+
+class BoundaryOutOfRange(JournalError, IndexError):
+    """A fork boundary past the end of the session."""
+
+    def __init__(self, boundary: int, count: int) -> None:
+        super().__init__(boundary, count)
+        self.boundary, self.count = boundary, count
+
+    def message(self) -> str:
+        return f"fork boundary {self.boundary} is past the end (the session has {self.count} events)"
+
+
+class OpenTurnError(JournalError):
+    """A turn is open where none may be: a fork boundary inside a turn, or a nested turn."""
+
+    def __init__(self, seq: int, detail: str = "") -> None:
+        super().__init__(seq, detail)
+        self.seq, self.detail = seq, detail
+
+    def message(self) -> str:
+        tail = f": {self.detail}" if self.detail else ""
+        return f"the turn opened at seq {self.seq} is still open{tail}"
+
+
+class NoOpenTurn(JournalError):
+    """A step, a dispatch or a turn end was asked for while no turn (or step) is open."""
+
+    def __init__(self, session_id: str, what: str) -> None:
+        super().__init__(session_id, what)
+        self.session_id, self.what = session_id, what
+
+    def message(self) -> str:
+        return f"session {self.session_id!r}: {self.what}"
+
+
+class LeaseLost(JournalError):
+    """The caller's attempt was taken over (or its turn closed); nothing was written."""
+
+    def __init__(self, session_id: str, attempt: int, detail: str = "") -> None:
+        super().__init__(session_id, attempt, detail)
+        self.session_id, self.attempt, self.detail = session_id, attempt, detail
+
+    def message(self) -> str:
+        tail = f": {self.detail}" if self.detail else ""
+        return f"session {self.session_id!r}: attempt {self.attempt} no longer holds the turn{tail}"
+
+
+class UnknownToolCall(JournalError, LookupError):
+    """A dispatch or result names a call that no assistant message of the session requested."""
+
+    def __init__(self, session_id: str, call_id: str) -> None:
+        super().__init__(session_id, call_id)
+        self.session_id, self.call_id = session_id, call_id
+
+    def message(self) -> str:
+        return f"session {self.session_id!r}: no assistant message requested tool call {self.call_id!r}"
+
+
+class AlreadyDispatched(JournalError):
+    """The tool call was dispatched before; it must not run twice."""
+
+    def __init__(self, session_id: str, call_id: str, seq: int) -> None:
+        super().__init__(session_id, call_id, seq)
+        self.session_id, self.call_id, self.seq = session_id, call_id, seq
+
+    def message(self) -> str:
+        return (
+            f"session {self.session_id!r}: tool call {self.call_id!r} was already dispatched "
+            f"(seq {self.seq}); it must not run twice"
+        )
+
+
+class ResultExists(JournalError):
+    """A plain append of a second result for a call; use ``put_result`` to keep it as evidence."""
+
+    def __init__(self, session_id: str, call_id: str) -> None:
+        super().__init__(session_id, call_id)
+        self.session_id, self.call_id = session_id, call_id
+
+    def message(self) -> str:
+        return (
+            f"session {self.session_id!r}: tool call {self.call_id!r} already has a result "
+            "(put_result keeps a later one as tool_result_late)"
+        )
+
+
+class SubmissionNotFound(JournalError, LookupError):
+    """No submission has this id."""
+
+    def __init__(self, submission_id: str) -> None:
+        super().__init__(submission_id)
+        self.submission_id = submission_id
+
+    def message(self) -> str:
+        return f"no submission {self.submission_id!r}"
+
+
+class UnregisteredTool(JournalError, LookupError):
+    """A tool name that the registry does not know."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+    def message(self) -> str:
+        return f"no tool {self.name!r} is registered"
+
+
+class MissingEffectClass(JournalError, TypeError):
+    """A tool registered without a declared effect class."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+    def message(self) -> str:
+        return (
+            f"tool {self.name!r} declares no effect class: pass effects=Idempotent(key=...), "
+            "Queryable(lookup=...) or Unsafe()"
+        )
+
+
+class NotIndeterminate(JournalError):
+    """An operator resolution for a call that is not awaiting one."""
+
+    def __init__(self, session_id: str, call_id: str) -> None:
+        super().__init__(session_id, call_id)
+        self.session_id, self.call_id = session_id, call_id
+
+    def message(self) -> str:
+        return f"session {self.session_id!r}: tool call {self.call_id!r} is not awaiting an operator"
+
+
+class SchemaViolation(JournalError):
+    """The schema refused a write that the library's own checks let through (a bug, or raw SQL)."""
+
+    def __init__(self, operation: str, detail: str) -> None:
+        super().__init__(operation, detail)
+        self.operation, self.detail = operation, detail
+
+    def message(self) -> str:
+        return f"the schema refused {self.operation}: {self.detail}"

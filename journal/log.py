@@ -1,0 +1,327 @@
+"""Sessions, appends, reads and fork: the append-only log itself.
+
+A fork copies nothing: its events with ``seq < seed_length`` are read through its parent (and
+the parent's through its own parent), which is safe because events never change (G3).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from journal import store as _store
+from journal.errors import (
+    AlreadyDispatched,
+    BoundaryOutOfRange,
+    InvalidArgument,
+    InvalidBoundary,
+    OpenTurnError,
+    ResultExists,
+    SchemaViolation,
+    SessionExists,
+    SessionNotFound,
+)
+from journal.model import Event, Session
+from journal.store import Database, Store
+from journal.validate import encode
+
+_SESSION_ID = re.compile(r"[\x21-\x7e]{1,256}")
+_INSERT = "INSERT INTO events (session_id, seq, type, data, time_ms) VALUES (?, ?, ?, ?, ?)"
+_NEXT = (
+    "SELECT s.seed_length, (SELECT max(seq) FROM events WHERE session_id = s.id) "
+    "FROM sessions AS s WHERE s.id = ? AND s.purged_ms IS NULL"
+)
+
+# A segment of a session's log: events of `owner` with lo <= seq < hi.
+Segment = tuple[str, int, float]
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def check_session_id(session_id: object) -> str:
+    if not isinstance(session_id, str) or not _SESSION_ID.fullmatch(session_id):
+        raise InvalidArgument("session_id", f"must be 1-256 printable ASCII characters without spaces, not {session_id!r}")
+    return session_id
+
+
+def next_seq_txn(db: Database, session_id: str) -> int:
+    """The seq the session's next event gets (its event count); raises ``SessionNotFound``."""
+    row = db.one(_NEXT, (session_id,))
+    if row is None:
+        raise SessionNotFound(session_id)
+    seed_length, last = row
+    return seed_length if last is None else last + 1
+
+
+def chain_txn(db: Database, session_id: str) -> list[Segment]:
+    """The segments that make up a session's log, newest owner first."""
+    segments: list[Segment] = []
+    hi: float = float("inf")
+    current: str | None = session_id
+    while current is not None:
+        row = db.one("SELECT parent_id, seed_length FROM sessions WHERE id = ? AND purged_ms IS NULL", (current,))
+        if row is None:
+            raise SessionNotFound(current)
+        parent, seed = row
+        if seed < hi:
+            segments.append((current, seed, hi))
+            hi = seed
+        current = parent
+    return segments
+
+
+def owner_of_txn(db: Database, segments: list[Segment], seq: int) -> str:
+    for owner, lo, hi in segments:
+        if lo <= seq < hi:
+            return owner
+    return segments[-1][0]
+
+
+def insert_txn(db: Database, session_id: str, seq: int, type_: str, text: str, time_ms: int) -> None:
+    """Insert one validated event, translating the schema's refusals into typed errors."""
+    if type_ == "tool_result" and seq > 0:
+        call_id = json.loads(text)["tool_call_id"]
+        if result_seq_txn(db, session_id, call_id) is not None:
+            raise ResultExists(session_id, call_id)
+    try:
+        db.execute(_INSERT, (session_id, seq, type_, text, time_ms))
+    except _store.ConstraintError as exc:
+        code = exc.extendedresult
+        if code == _store.CONSTRAINT_UNIQUE and type_ == "tool_call":
+            call_id = json.loads(text)["id"]
+            raise AlreadyDispatched(session_id, call_id, dispatch_seq_txn(db, session_id, call_id) or -1) from exc
+        if code == _store.CONSTRAINT_UNIQUE and type_ == "tool_result":
+            raise ResultExists(session_id, json.loads(text)["tool_call_id"]) from exc
+        raise SchemaViolation(f"append of {type_}", str(exc)) from exc
+
+
+def _call_row_txn(db: Database, session_id: str, call_id: str, column: str) -> Any:
+    """A column of the call's ``tool_calls`` row, looked up through the fork chain."""
+    value = db.value(f"SELECT {column} FROM tool_calls WHERE session_id = ? AND call_id = ?", (session_id, call_id))
+    if value is not None:
+        return value
+    seed = db.value("SELECT seed_length FROM sessions WHERE id = ?", (session_id,))
+    if not seed:
+        return None
+    for owner, lo, hi in chain_txn(db, session_id)[1:]:
+        value = db.value(
+            f"SELECT {column} FROM tool_calls WHERE session_id = ? AND call_id = ? AND {column} < ?",
+            (owner, call_id, hi),
+        )
+        if value is not None:
+            return value
+    return None
+
+
+def result_seq_txn(db: Database, session_id: str, call_id: str) -> int | None:
+    return _call_row_txn(db, session_id, call_id, "result_seq")
+
+
+def dispatch_seq_txn(db: Database, session_id: str, call_id: str) -> int | None:
+    return _call_row_txn(db, session_id, call_id, "dispatch_seq")
+
+
+def requested_seq_txn(db: Database, session_id: str, call_id: str) -> int | None:
+    return _call_row_txn(db, session_id, call_id, "requested_seq")
+
+
+def read_events_txn(db: Database, session_id: str, since: int = 0, until: float = float("inf")) -> list[Event]:
+    """Events with ``since <= seq < until``, read through the fork chain."""
+    out: list[Event] = []
+    for owner, lo, hi in reversed(chain_txn(db, session_id)):
+        start, stop = max(lo, since), min(hi, until)
+        if start >= stop:
+            continue
+        if stop == float("inf"):
+            rows = db.execute(
+                "SELECT seq, type, data, time_ms FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq",
+                (owner, start),
+            )
+        else:
+            rows = db.execute(
+                "SELECT seq, type, data, time_ms FROM events WHERE session_id = ? AND seq >= ? AND seq < ? ORDER BY seq",
+                (owner, start, int(stop)),
+            )
+        out.extend(Event(session_id, seq, type_, json.loads(data), t) for seq, type_, data, t in rows)
+    return out
+
+
+def _session_from_row(db: Database, row: Sequence[Any]) -> Session:
+    sid, parent, seed, meta, created = row
+    last = db.value("SELECT max(seq) FROM events WHERE session_id = ?", (sid,))
+    return Session(
+        id=sid,
+        count=seed if last is None else last + 1,
+        created_ms=created,
+        meta=None if meta is None else json.loads(meta),
+        parent_id=parent,
+        seed_length=seed,
+    )
+
+
+_SESSION_COLUMNS = "id, parent_id, seed_length, meta, created_ms"
+
+
+class LogMixin:
+    """Sessions and their logs; mixed into ``Journal``."""
+
+    _store: Store
+    _max_event_bytes: int
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    def create_session(self, id: str | None = None, *, meta: dict[str, Any] | None = None) -> Session:
+        """Create an empty session; a generated id is 32 lowercase hex characters."""
+        session_id = uuid.uuid4().hex if id is None else check_session_id(id)
+        meta_text = None if meta is None else encode("x.meta", meta, max_bytes=self._max_event_bytes)
+        created = now_ms()
+        with self._store.write("create_session") as db:
+            try:
+                db.execute(
+                    "INSERT INTO sessions (id, meta, created_ms) VALUES (?, ?, ?)", (session_id, meta_text, created)
+                )
+            except _store.ConstraintError as exc:
+                if exc.extendedresult in (_store.CONSTRAINT_PRIMARYKEY, _store.CONSTRAINT_UNIQUE):
+                    raise SessionExists(session_id) from exc
+                raise
+        return Session(id=session_id, count=0, created_ms=created, meta=meta)
+
+    def session(self, id: str) -> Session:
+        """The session with this id; raises ``SessionNotFound``."""
+        with self._store.read() as db:
+            row = db.one(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ? AND purged_ms IS NULL", (id,))
+            if row is None:
+                raise SessionNotFound(id)
+            return _session_from_row(db, row)
+
+    def sessions(self) -> list[Session]:
+        """Every session, oldest first."""
+        with self._store.read() as db:
+            rows = list(
+                db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE purged_ms IS NULL ORDER BY created_ms, id")
+            )
+            return [_session_from_row(db, row) for row in rows]
+
+    # -- appends -------------------------------------------------------------------------------
+
+    def append(self, session_id: str, type: str, data: dict[str, Any]) -> Event:
+        """Append one event in one durable transaction and return it as stored."""
+        text = encode(type, data, max_bytes=self._max_event_bytes)
+        time_ms = now_ms()
+        written: list[int] = []
+
+        def present(db: Database) -> bool:
+            return bool(written) and db.value(
+                "SELECT data = ? FROM events WHERE session_id = ? AND seq = ?", (text, session_id, written[0])
+            ) == 1
+
+        with self._store.write("append", present=present) as db:
+            seq = next_seq_txn(db, session_id)
+            written.append(seq)
+            insert_txn(db, session_id, seq, type, text, time_ms)
+        return Event(session_id, seq, type, json.loads(text), time_ms)
+
+    def append_many(self, session_id: str, items: Iterable[tuple[str, dict[str, Any]]]) -> list[Event]:
+        """Append several events in one transaction: all of them or none (G2)."""
+        encoded: list[tuple[str, str]] = []
+        for index, item in enumerate(items):
+            if not isinstance(item, (tuple, list)) or len(item) != 2:
+                raise InvalidArgument(f"items[{index}]", "must be a (type, data) pair")
+            encoded.append((item[0], encode(item[0], item[1], max_bytes=self._max_event_bytes, index=index)))
+        if not encoded:
+            return []
+        time_ms = now_ms()
+        with self._store.write("append_many") as db:
+            first = next_seq_txn(db, session_id)
+            special = any(t in ("tool_result", "tool_call") for t, _ in encoded)
+            if special:
+                for offset, (type_, text) in enumerate(encoded):
+                    insert_txn(db, session_id, first + offset, type_, text, time_ms)
+            else:
+                try:
+                    db.executemany(
+                        _INSERT,
+                        [(session_id, first + i, t, text, time_ms) for i, (t, text) in enumerate(encoded)],
+                    )
+                except _store.ConstraintError as exc:
+                    raise SchemaViolation("append_many", str(exc)) from exc
+        return [Event(session_id, first + i, t, json.loads(text), time_ms) for i, (t, text) in enumerate(encoded)]
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def events(self, session_id: str, *, since: int | None = None) -> list[Event]:
+        """The session's events with ``seq >= since`` (all of them by default), in seq order."""
+        if since is not None and (not isinstance(since, int) or isinstance(since, bool) or since < 0):
+            raise InvalidArgument("since", f"must be an int >= 0, not {since!r}")
+        with self._store.read() as db:
+            return read_events_txn(db, session_id, since or 0)
+
+    def count(self, session_id: str) -> int:
+        """How many events the session's log holds (inherited ones included)."""
+        with self._store.read() as db:
+            return next_seq_txn(db, session_id)
+
+    # -- fork ----------------------------------------------------------------------------------
+
+    def fork(self, session_id: str, at: int | str = "last", *, id: str | None = None) -> Session:
+        """A new session inheriting the events ``0..at`` of another, in O(1) of its length.
+
+        ``at`` is the seq of the last event to inherit, or ``"last"``. A prefix that ends inside
+        an open turn raises ``OpenTurnError`` (recover first, or pick an earlier boundary).
+        """
+        if at != "last" and (not isinstance(at, int) or isinstance(at, bool) or at < 0):
+            raise InvalidBoundary(at)
+        fork_id = uuid.uuid4().hex if id is None else check_session_id(id)
+        created = now_ms()
+        with self._store.write("fork") as db:
+            count = next_seq_txn(db, session_id)
+            boundary = count - 1 if at == "last" else at
+            assert isinstance(boundary, int)
+            if boundary >= count:
+                raise BoundaryOutOfRange(boundary, count)
+            if boundary >= 0:
+                open_seq = open_turn_at_txn(db, session_id, boundary)
+                if open_seq is not None:
+                    raise OpenTurnError(open_seq, f"a fork at seq {boundary} would inherit a half turn")
+            try:
+                db.execute(
+                    "INSERT INTO sessions (id, parent_id, seed_length, created_ms) VALUES (?, ?, ?, ?)",
+                    (fork_id, session_id, boundary + 1, created),
+                )
+            except _store.ConstraintError as exc:
+                if exc.extendedresult in (_store.CONSTRAINT_PRIMARYKEY, _store.CONSTRAINT_UNIQUE):
+                    raise SessionExists(fork_id) from exc
+                raise
+        return Session(id=fork_id, count=boundary + 1, created_ms=created, parent_id=session_id, seed_length=boundary + 1)
+
+
+def open_turn_at_txn(db: Database, session_id: str, boundary: int) -> int | None:
+    """The seq of the innermost turn open just after event ``boundary``, or ``None``.
+
+    Reads the turn journal (whose turn_end pairing is the recovery stack's) of the one session
+    that owns ``boundary``: a fork's prefix never holds an open turn (G11), so no turn of an
+    ancestor spans a fork point. The cost is a few index lookups, whatever the log's length.
+    """
+    owner = owner_of_txn(db, chain_txn(db, session_id), boundary)
+    row = db.one(
+        "SELECT start_seq, end_seq, outer_start FROM turn_journal WHERE session_id = ? AND start_seq <= ? "
+        "ORDER BY start_seq DESC LIMIT 1",
+        (owner, boundary),
+    )
+    while row is not None:
+        start, end, outer = row
+        if end is None or end > boundary:
+            return start
+        if outer is None:
+            return None
+        row = db.one(
+            "SELECT start_seq, end_seq, outer_start FROM turn_journal WHERE session_id = ? AND start_seq = ?",
+            (owner, outer),
+        )
+    return None

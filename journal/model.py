@@ -1,0 +1,141 @@
+"""The library's value types and vocabularies.
+
+One enum per vocabulary; ``schema.sql``'s CHECK constraints list the same values, and a test
+keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import attrs
+
+
+class _Vocabulary(str, enum.Enum):
+    def __str__(self) -> str:
+        return self.value
+
+
+class Durability(_Vocabulary):
+    FULL = "full"
+    NORMAL = "normal"
+
+
+class EventType(_Vocabulary):
+    SYSTEM_MESSAGE = "system_message"
+    USER_MESSAGE = "user_message"
+    ASSISTANT_MESSAGE = "assistant_message"
+    TOOL_RESULT = "tool_result"
+    TOOL_CALL = "tool_call"
+    TOOL_RESULT_LATE = "tool_result_late"
+    TURN_START = "turn_start"
+    TURN_END = "turn_end"
+    STEP_START = "step_start"
+    STEP_END = "step_end"
+    STREAM_INTERRUPTED = "stream_interrupted"
+    STREAM_CONTINUED = "stream_continued"
+    SUBMISSION_INTERRUPTED = "submission_interrupted"
+    OPERATOR_RESOLUTION = "operator_resolution"
+
+
+SURFACE_TYPES = frozenset(
+    {
+        EventType.SYSTEM_MESSAGE.value,
+        EventType.USER_MESSAGE.value,
+        EventType.ASSISTANT_MESSAGE.value,
+        EventType.TOOL_RESULT.value,
+    }
+)
+APP_TYPE_PREFIX = "x."
+
+
+class Phase(_Vocabulary):
+    BEFORE_PROVIDER = "before_provider"
+    PROVIDER_STARTED = "provider_started"
+    TOOL_REQUEST_RECORDED = "tool_request_recorded"
+    COMMITTED = "committed"
+
+
+class Risk(_Vocabulary):
+    TOOL_NOT_STARTED = "tool_not_started"
+    TOOL_OUTCOME_UNKNOWN = "tool_outcome_unknown"
+
+
+class TurnEndReason(_Vocabulary):
+    COMPLETE = "complete"
+    REJECTED = "rejected"
+    INTERRUPTED = "interrupted"
+
+
+class StepOutcome(_Vocabulary):
+    OK = "ok"
+    ERROR = "error"
+
+
+class StopReason(_Vocabulary):
+    STOP = "stop"
+    LENGTH = "length"
+    TOOL_USE = "tool_use"
+    ERROR = "error"
+    ABORTED = "aborted"
+
+
+class CallState(_Vocabulary):
+    """Where a tool call stands: derived from the log, kept in ``tool_calls``."""
+
+    REQUESTED = "requested"
+    DISPATCHED = "dispatched"
+    RESOLVED = "resolved"
+    INDETERMINATE = "indeterminate"
+
+
+class SubmissionState(_Vocabulary):
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class OperatorOutcome(_Vocabulary):
+    RAN = "ran"
+    DID_NOT_RUN = "did_not_run"
+
+
+@attrs.frozen
+class Event:
+    """One immutable record of a session's log."""
+
+    session_id: str
+    seq: int
+    type: str
+    data: dict[str, Any] = attrs.field(eq=True, hash=False)
+    time_ms: int
+
+    @property
+    def is_surface(self) -> bool:
+        return self.type in SURFACE_TYPES
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "seq": self.seq,
+            "type": self.type,
+            "data": self.data,
+            "time_ms": self.time_ms,
+        }
+
+
+@attrs.frozen
+class Session:
+    """A session: its id, how many events its log holds, and where it was forked from."""
+
+    id: str
+    count: int
+    created_ms: int
+    meta: dict[str, Any] | None = attrs.field(default=None, hash=False)
+    parent_id: str | None = None
+    seed_length: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)

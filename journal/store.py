@@ -1,0 +1,315 @@
+"""The only module that talks to apsw: opening a file, pragmas, the schema, transactions, errors.
+
+Everything above this module speaks the library's own types. A write is ``with store.write(op)
+as db:``: one ``BEGIN IMMEDIATE`` transaction, committed on exit. A read is ``with store.read()
+as db:``: one snapshot. Driver errors are translated here, by result code, into
+``journal.errors``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Iterator
+from importlib import resources
+from typing import Any
+
+import apsw
+
+from journal.errors import (
+    CorruptJournal,
+    DiskFull,
+    JournalBusy,
+    JournalClosed,
+    JournalError,
+    JournalIOError,
+    NotAJournal,
+    SchemaTooNew,
+    SchemaViolation,
+)
+from journal.model import Durability
+
+APPLICATION_ID = 0x4A524E4C  # "JRNL"
+SCHEMA_VERSION = 1
+SQLITE_HEADER = b"SQLite format 3\x00"
+DEFAULT_BUSY_TIMEOUT_MS = 10_000
+
+# Extended result codes callers branch on (never the message text).
+CONSTRAINT_UNIQUE = apsw.SQLITE_CONSTRAINT_UNIQUE
+CONSTRAINT_PRIMARYKEY = apsw.SQLITE_CONSTRAINT_PRIMARYKEY
+CONSTRAINT_TRIGGER = apsw.SQLITE_CONSTRAINT_TRIGGER
+CONSTRAINT_FOREIGNKEY = apsw.SQLITE_CONSTRAINT_FOREIGNKEY
+
+ConstraintError = apsw.ConstraintError
+
+
+def schema_sql() -> str:
+    """The text of ``schema.sql`` as shipped inside the package."""
+    return resources.files("journal").joinpath("schema.sql").read_text(encoding="utf-8")
+
+
+def _translate(exc: apsw.Error, operation: str, *, outcome: str) -> JournalError:
+    """A driver error as the library's error; ``outcome`` is what is known of the write."""
+    if isinstance(exc, (apsw.BusyError, apsw.LockedError)):
+        return JournalBusy(DEFAULT_BUSY_TIMEOUT_MS)
+    if isinstance(exc, apsw.FullError):
+        return DiskFull(operation, outcome, str(exc))
+    if isinstance(exc, (apsw.IOError, apsw.CantOpenError, apsw.ReadOnlyError)):
+        return JournalIOError(operation, outcome, str(exc))
+    if isinstance(exc, (apsw.CorruptError, apsw.NotADBError)):
+        return CorruptJournal(operation, str(exc))
+    if isinstance(exc, apsw.ConnectionClosedError):
+        return JournalClosed()
+    if isinstance(exc, apsw.ConstraintError):
+        return SchemaViolation(operation, str(exc))
+    return JournalIOError(operation, outcome, f"{type(exc).__name__}: {exc}")
+
+
+class Database:
+    """A cursor-like handle given to the body of a read or a write."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: apsw.Connection) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, bindings: Any = None) -> apsw.Cursor:
+        return self._conn.execute(sql, bindings)
+
+    def executemany(self, sql: str, rows: Any) -> apsw.Cursor:
+        return self._conn.executemany(sql, rows)
+
+    def one(self, sql: str, bindings: Any = None) -> tuple[Any, ...] | None:
+        """The first row, or ``None``."""
+        for row in self._conn.execute(sql, bindings):
+            return row
+        return None
+
+    def value(self, sql: str, bindings: Any = None) -> Any:
+        """The first column of the first row, or ``None``."""
+        for row in self._conn.execute(sql, bindings):
+            return row[0]
+        return None
+
+    def changes(self) -> int:
+        return self._conn.changes()
+
+
+class Store:
+    """One connection to one journal file, with the pragmas of DESIGN §4.
+
+    Threads may share a store: a lock serialises transactions on the connection, so two threads
+    never interleave statements inside one transaction.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        durability: Durability = Durability.FULL,
+        readonly: bool = False,
+        vfs: str | None = None,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        checkpoint_pages: int | None = None,
+    ) -> None:
+        self.path = os.fspath(path)
+        self.durability = durability
+        self.readonly = readonly
+        self.busy_timeout_ms = busy_timeout_ms
+        self._lock = threading.RLock()
+        self._in_txn = False
+        self._conn = self._connect(vfs)
+        try:
+            self._configure(checkpoint_pages)
+            self._prepare_schema()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    # -- opening -------------------------------------------------------------------------------
+
+    def _connect(self, vfs: str | None) -> apsw.Connection:
+        exists = os.path.exists(self.path) and os.path.getsize(self.path) > 0
+        if exists:
+            with open(self.path, "rb") as f:
+                header = f.read(len(SQLITE_HEADER))
+            if header != SQLITE_HEADER:
+                raise NotAJournal(self.path, "not an SQLite database")
+        elif self.readonly:
+            raise NotAJournal(self.path, "no such journal (a read-only open never creates one)")
+        else:
+            # A new file is created 0600 (transcripts hold secrets); SQLite gives the -wal and
+            # -shm files the main file's mode.
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600)
+            except OSError as exc:
+                raise JournalIOError("open", "absent", str(exc)) from exc
+            os.close(fd)
+        flags = apsw.SQLITE_OPEN_READONLY if self.readonly else apsw.SQLITE_OPEN_READWRITE
+        try:
+            kwargs: dict[str, Any] = {"flags": flags}
+            if vfs is not None:
+                kwargs["vfs"] = vfs
+            return apsw.Connection(self.path, **kwargs)
+        except apsw.Error as exc:
+            raise _translate(exc, "open", outcome="absent") from exc
+
+    def _configure(self, checkpoint_pages: int | None) -> None:
+        conn = self._conn
+        conn.set_busy_timeout(self.busy_timeout_ms)
+        try:
+            app_id = conn.pragma("application_id")
+            version = conn.pragma("user_version")
+            tables = conn.execute("SELECT count(*) FROM sqlite_schema").get
+        except (apsw.NotADBError, apsw.CorruptError) as exc:
+            raise NotAJournal(self.path, f"unreadable ({exc})") from exc
+        except apsw.Error as exc:
+            raise _translate(exc, "open", outcome="absent") from exc
+        if app_id != APPLICATION_ID and not (app_id == 0 and version == 0 and tables == 0):
+            raise NotAJournal(self.path, "an SQLite database of another application")
+        if app_id == APPLICATION_ID and version > SCHEMA_VERSION:
+            raise SchemaTooNew(self.path, version, SCHEMA_VERSION)
+        if self.readonly:
+            conn.pragma("query_only", True)
+        else:
+            # Only now, with the file known to be ours (or empty), may anything write to it.
+            mode = conn.pragma("journal_mode", "wal")
+            if str(mode).lower() != "wal":
+                raise JournalIOError("open", "absent", f"could not enable WAL (got {mode!r})")
+        conn.pragma("synchronous", "FULL" if self.durability is Durability.FULL else "NORMAL")
+        conn.pragma("foreign_keys", True)
+        conn.pragma("recursive_triggers", False)
+        if checkpoint_pages is not None:
+            conn.pragma("wal_autocheckpoint", checkpoint_pages)
+
+    def _prepare_schema(self) -> None:
+        version = self._conn.pragma("user_version")
+        if version == SCHEMA_VERSION:
+            return
+        if self.readonly:
+            raise NotAJournal(self.path, "an empty database (open it writable once to create it)")
+        with self.write("create schema") as db:
+            # Re-read inside the write lock: another process may have created it meanwhile.
+            version = db.value("PRAGMA user_version")
+            if version == SCHEMA_VERSION:
+                return
+            if version > SCHEMA_VERSION:
+                raise SchemaTooNew(self.path, version, SCHEMA_VERSION)
+            if db.value("SELECT count(*) FROM sqlite_schema"):
+                raise NotAJournal(self.path, "an SQLite database of another application")
+            db.execute(schema_sql())
+            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    # -- transactions --------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def write(
+        self, operation: str, *, present: Callable[[Database], bool] | None = None
+    ) -> Iterator[Database]:
+        """One ``BEGIN IMMEDIATE`` transaction, committed when the body returns.
+
+        If the body raises, the transaction is rolled back and the error propagates (a driver
+        error translated, with outcome ``absent``). If COMMIT itself raises, the outcome is
+        unknown (DESIGN §4); ``present`` may re-read to say the write is there after all.
+        """
+        with self._lock:
+            conn = self._checked()
+            if self._in_txn:
+                raise RuntimeError("journal: nested write transaction (use a *_txn helper)")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except apsw.Error as exc:
+                raise _translate(exc, operation, outcome="absent") from exc
+            self._in_txn = True
+            db = Database(conn)
+            try:
+                try:
+                    yield db
+                except BaseException:
+                    self._rollback()
+                    raise
+                try:
+                    conn.execute("COMMIT")
+                except apsw.Error as exc:
+                    self._rollback()
+                    raise self._commit_failed(exc, operation, present) from exc
+            except apsw.Error as exc:
+                raise _translate(exc, operation, outcome="absent") from exc
+            finally:
+                self._in_txn = False
+
+    def _commit_failed(
+        self, exc: apsw.Error, operation: str, present: Callable[[Database], bool] | None
+    ) -> JournalError:
+        outcome = "unknown"
+        if present is not None:
+            try:
+                with self.read() as db:
+                    if present(db):
+                        outcome = "present"
+            except (apsw.Error, JournalError):
+                pass
+        if isinstance(exc, (apsw.BusyError, apsw.LockedError)) and outcome == "unknown":
+            # A busy COMMIT (a checkpoint wanting a lock) leaves the transaction open in
+            # SQLite; we rolled it back, so nothing was written.
+            return JournalBusy(self.busy_timeout_ms)
+        return _translate(exc, operation, outcome=outcome)
+
+    def _rollback(self) -> None:
+        if not self._conn.in_transaction:
+            return
+        try:
+            self._conn.execute("ROLLBACK")
+        except apsw.Error:
+            pass
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Database]:
+        """One read snapshot (a deferred transaction), or the caller's open write transaction."""
+        with self._lock:
+            conn = self._checked()
+            if self._in_txn or conn.in_transaction:
+                yield Database(conn)
+                return
+            try:
+                conn.execute("BEGIN")
+                try:
+                    yield Database(conn)
+                finally:
+                    if conn.in_transaction:
+                        conn.execute("COMMIT")
+            except apsw.Error as exc:
+                raise _translate(exc, "read", outcome="absent") from exc
+
+    def _checked(self) -> apsw.Connection:
+        conn = self._conn
+        if conn is None:
+            raise JournalClosed()
+        return conn
+
+    def integrity_check(self) -> list[str]:
+        """SQLite's own verdict on the file: ``["ok"]`` when healthy."""
+        with self.read() as db:
+            return [row[0] for row in db.execute("PRAGMA integrity_check")]
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database file (``TRUNCATE`` mode)."""
+        with self._lock:
+            try:
+                self._checked().wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+            except apsw.Error as exc:
+                raise _translate(exc, "checkpoint", outcome="unknown") from exc
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                try:
+                    self._conn.close()
+                finally:
+                    self._conn = None  # type: ignore[assignment]
+
+    @property
+    def closed(self) -> bool:
+        return self._conn is None

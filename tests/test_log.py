@@ -1,0 +1,176 @@
+"""Sessions and the append-only log: G2, G3, G4, G12, reads and fork."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import apsw
+import pytest
+
+import journal
+
+
+def test_generated_session_id_is_32_lowercase_hex(j: journal.Journal) -> None:
+    session = j.create_session()
+    assert re.fullmatch(r"[0-9a-f]{32}", session.id)
+    assert j.session(session.id).count == 0
+
+
+def test_duplicate_session_id_is_a_typed_error(j: journal.Journal) -> None:
+    j.create_session("s", meta={"title": "first"})
+    with pytest.raises(journal.SessionExists):
+        j.create_session("s")
+    assert j.session("s").meta == {"title": "first"}
+
+
+def test_unknown_session_is_session_not_found(j: journal.Journal) -> None:
+    with pytest.raises(journal.SessionNotFound):
+        j.session("nope")
+    with pytest.raises(journal.SessionNotFound):
+        j.append("nope", "user_message", {"content": "hi"})
+    with pytest.raises(LookupError):
+        j.events("nope")
+
+
+def test_sessions_lists_every_session_with_its_count(j: journal.Journal) -> None:
+    j.create_session("a")
+    j.create_session("b")
+    j.append("b", "user_message", {"content": "hi"})
+    assert [(s.id, s.count) for s in j.sessions()] == [("a", 0), ("b", 1)]
+
+
+def test_append_returns_the_event_as_stored(j: journal.Journal, fresh) -> None:
+    j.create_session("s")
+    event = j.append("s", "user_message", {"content": "hi", "metadata": {"k": (1, 2)}})
+    assert (event.session_id, event.seq, event.type) == ("s", 0, "user_message")
+    assert event.data == {"content": "hi", "metadata": {"k": [1, 2]}}
+    assert fresh().events("s") == [event]
+
+
+def test_g4_seq_is_contiguous_from_zero(j: journal.Journal) -> None:
+    j.create_session("s")
+    for i in range(5):
+        assert j.append("s", "x.tick", {"i": i}).seq == i
+    assert [e.seq for e in j.append_many("s", [("x.tick", {"i": 5}), ("x.tick", {"i": 6})])] == [5, 6]
+    assert [e.seq for e in j.events("s")] == list(range(7))
+    assert j.count("s") == 7
+
+
+def test_g2_g12_append_many_with_one_invalid_item_writes_nothing(j: journal.Journal, fresh) -> None:
+    j.create_session("s")
+    items = [("user_message", {"content": "ok"}), ("user_message", {"content": math.nan}), ("x.a", {})]
+    with pytest.raises(journal.InvalidEvent) as info:
+        j.append_many("s", items)
+    assert info.value.index == 1
+    assert fresh().count("s") == 0
+
+
+def test_g2_append_many_refused_by_the_schema_midway_writes_nothing(j: journal.Journal, fresh) -> None:
+    j.create_session("s")
+    j.append("s", "assistant_message", {"content": "", "tool_calls": [{"id": "c", "name": "t", "arguments": {}}]})
+    j.append("s", "tool_result", {"tool_call_id": "c", "content": "done"})
+    with pytest.raises(journal.ResultExists):
+        j.append_many("s", [("x.before", {}), ("tool_result", {"tool_call_id": "c", "content": "again"})])
+    assert fresh().count("s") == 2
+
+
+@pytest.mark.parametrize("sql", ["UPDATE events SET data = '{}'", "DELETE FROM events", "UPDATE events SET seq = seq + 10"])
+def test_g3_raw_update_and_delete_on_events_fail(j: journal.Journal, db_path, sql: str) -> None:
+    j.create_session("s")
+    j.append("s", "user_message", {"content": "keep me"})
+    conn = apsw.Connection(str(db_path))
+    try:
+        with pytest.raises(apsw.ConstraintError) as info:
+            conn.execute(sql)
+        assert info.value.extendedresult == apsw.SQLITE_CONSTRAINT_TRIGGER
+    finally:
+        conn.close()
+    assert [e.data for e in j.events("s")] == [{"content": "keep me"}]
+
+
+def test_g4_raw_insert_with_a_gap_is_refused_by_the_schema(j: journal.Journal, db_path) -> None:
+    j.create_session("s")
+    conn = apsw.Connection(str(db_path))
+    try:
+        with pytest.raises(apsw.ConstraintError):
+            conn.execute("INSERT INTO events VALUES ('s', 1, 'x.gap', '{}', 0)")
+    finally:
+        conn.close()
+
+
+class _Unjsonable:
+    pass
+
+
+def _cycle() -> dict:
+    d: dict = {"content": "x"}
+    d["self"] = d
+    return d
+
+
+BAD_INPUTS = [
+    pytest.param("no_such_type", {"content": "x"}, "type", id="unknown-type"),
+    pytest.param("x.", {}, "type", id="bare-app-prefix"),
+    pytest.param("user_message", ["content"], "data", id="data-not-an-object"),
+    pytest.param("user_message", {"content": "x", "n": math.nan}, "data.n", id="nan"),
+    pytest.param("user_message", {"content": "x", "n": math.inf}, "data.n", id="infinity"),
+    pytest.param("user_message", {"content": b"bytes"}, "data.content", id="bytes"),
+    pytest.param("user_message", {"content": "x", "m": {1: "a"}}, "data.m", id="non-string-key"),
+    pytest.param("user_message", _cycle(), "data.self", id="cycle"),
+    pytest.param("user_message", {"content": _Unjsonable()}, "data.content", id="not-json"),
+    pytest.param("user_message", {"content": "x" * (1024 * 1024 + 1)}, "data", id="over-size-limit"),
+    pytest.param("user_message", {}, "data.content", id="missing-required-field"),
+    pytest.param("tool_result", {"tool_call_id": 7, "content": "x"}, "data.tool_call_id", id="wrong-json-type"),
+    pytest.param("turn_start", {"turn": True}, "data.turn", id="bool-is-not-an-int"),
+    pytest.param("turn_end", {"turn": 1, "steps": 0, "reason": "bored"}, "data.reason", id="bad-enum"),
+    pytest.param(
+        "assistant_message", {"content": "", "tool_calls": [{"name": "t"}]}, "data.tool_calls[0].id", id="call-without-id"
+    ),
+    pytest.param("turn_start", {"turn": 1, "surface_op": "append"}, "data.surface_op", id="surface-op-on-bookkeeping"),
+    pytest.param("user_message", {"content": "x", "surface_op": ["replace", 3, 1]}, "data.surface_op", id="reversed-range"),
+    pytest.param("user_message", {"content": "x", "surface_op": ["replace", -1, 2]}, "data.surface_op", id="negative-range"),
+    pytest.param("user_message", {"content": "x", "surface_op": ["swap", 0, 1]}, "data.surface_op", id="unknown-op"),
+    pytest.param("user_message", {"content": "x", "surface_op": ["replace", 0]}, "data.surface_op", id="short-range"),
+]
+
+
+@pytest.mark.parametrize(("type_", "data", "field"), BAD_INPUTS)
+def test_g12_bad_input_is_refused_naming_the_problem_and_writes_nothing(db_path, fresh, type_, data, field) -> None:
+    with journal.open(db_path, max_event_bytes=1024 * 1024) as j:
+        j.create_session("s")
+        with pytest.raises(journal.InvalidEvent) as info:
+            j.append("s", type_, data)
+        assert info.value.field == field
+        assert field in str(info.value)
+    assert fresh().count("s") == 0
+
+
+def test_app_events_and_compaction_ranges_are_accepted(j: journal.Journal) -> None:
+    j.create_session("s")
+    j.append("s", "x.ui.note", {"anything": [1, {"goes": None}]})
+    j.append("s", "assistant_message", {"content": "summary", "surface_op": ["replace", 0, 10**9]})
+    assert j.count("s") == 2
+
+
+def test_events_since_returns_exactly_the_tail(j: journal.Journal) -> None:
+    j.create_session("s")
+    j.append_many("s", [("x.n", {"i": i}) for i in range(20)])
+    for k in (0, 1, 7, 19, 20, 25):
+        assert [e.seq for e in j.events("s", since=k)] == list(range(k, 20))
+    with pytest.raises(journal.InvalidArgument):
+        j.events("s", since=-1)
+
+
+def test_events_since_reads_a_primary_key_range_not_the_whole_table(j: journal.Journal) -> None:
+    j.create_session("s")
+    plan = " ".join(
+        row[3]
+        for row in j._store._conn.execute(
+            "EXPLAIN QUERY PLAN SELECT seq, type, data, time_ms FROM events "
+            "WHERE session_id = ? AND seq >= ? ORDER BY seq",
+            ("s", 5),
+        )
+    )
+    assert "SEARCH events USING PRIMARY KEY (session_id=? AND seq>?)" in plan
+    assert "SCAN" not in plan
