@@ -55,10 +55,8 @@ _FIELDS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     ),
     "tool_result_late": ({"tool_call_id": _STR}, {"name": _STR, "is_error": _BOOL, "metadata": _OBJ}),
     "turn_start": ({"turn": _INT}, {"submission_id": _STR}),
-    "turn_end": (
-        {"turn": _INT, "steps": _INT, "reason": {r.value for r in TurnEndReason}},
-        {},
-    ),
+    # `turn` is optional: recovery closes a turn_start that carried no number without one.
+    "turn_end": ({"steps": _INT, "reason": {r.value for r in TurnEndReason}}, {"turn": _INT}),
     "step_start": ({"turn": _INT, "step": _INT}, {}),
     "step_end": ({"turn": _INT, "step": _INT, "outcome": {o.value for o in StepOutcome}}, {}),
     "stream_interrupted": ({}, {}),

@@ -57,3 +57,13 @@ def run_child(code: str, *args: str, timeout: float = 120, **kwargs) -> subproce
     proc = python_child(code, *args, **kwargs)
     out, err = proc.communicate(timeout=timeout)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def pytest_configure(config) -> None:
+    # Hypothesis keeps a cache directory; keep it out of the repository (tests write only under
+    # temporary directories).
+    import tempfile
+
+    from hypothesis import configuration
+
+    configuration.set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), "journal-hypothesis"))
