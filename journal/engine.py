@@ -5,14 +5,18 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from journal import log as _log
+from journal.check import Disagreement, compare
 from journal.errors import InvalidArgument
 from journal.log import LogMixin
+from journal.results import ResultsMixin
+from journal.turns import TurnsMixin
 from journal.model import Durability
 from journal.store import DEFAULT_BUSY_TIMEOUT_MS, Store
 from journal.validate import DEFAULT_MAX_EVENT_BYTES
 
 
-class Journal(LogMixin):
+class Journal(TurnsMixin, ResultsMixin, LogMixin):
     """An open journal file. Use it as a context manager, or call ``close()``.
 
     One ``Journal`` may be shared by the threads of a process; each public write is one
@@ -34,6 +38,37 @@ class Journal(LogMixin):
     def integrity_check(self) -> list[str]:
         """SQLite's verdict on the file: ``["ok"]`` when it is healthy."""
         return self._store.integrity_check()
+
+    def check(self, session_id: str | None = None) -> list[Disagreement]:
+        """Recompute the derived state (turn journal, tool-call states) from the log and list
+        every disagreement with what is stored; also checks that seqs are contiguous."""
+        with self._store.read() as db:
+            ids = [session_id] if session_id is not None else [s.id for s in self.sessions()]
+            out: list[Disagreement] = []
+            for sid in ids:
+                _log.next_seq_txn(db, sid)  # SessionNotFound for an unknown id
+                seed = db.value("SELECT seed_length FROM sessions WHERE id = ?", (sid,))
+                own = _log.read_events_txn(db, sid, seed)
+                for expected, event in enumerate(own, start=seed):
+                    if event.seq != expected:
+                        out.append(Disagreement(sid, "events", str(expected), "seq", event.seq, expected))
+                        break
+                turns = {
+                    row[0]: dict(zip(("turn", "phase", "steps", "step_open", "end_seq"), row[1:]))
+                    for row in db.execute(
+                        "SELECT start_seq, turn, phase, steps, step_open, end_seq FROM turn_journal WHERE session_id = ?",
+                        (sid,),
+                    )
+                }
+                calls = {
+                    row[0]: dict(zip(("requested_seq", "dispatch_seq", "result_seq"), row[1:]))
+                    for row in db.execute(
+                        "SELECT call_id, requested_seq, dispatch_seq, result_seq FROM tool_calls WHERE session_id = ?",
+                        (sid,),
+                    )
+                }
+                out.extend(compare(sid, own, turns, calls))
+            return out
 
     def checkpoint(self) -> None:
         """Copy the write-ahead log into the main file now (bounds what ``normal`` can lose)."""

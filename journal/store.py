@@ -17,6 +17,7 @@ from typing import Any
 
 import apsw
 
+from journal import crash
 from journal.errors import (
     CorruptJournal,
     DiskFull,
@@ -230,11 +231,13 @@ class Store:
                 except BaseException:
                     self._rollback()
                     raise
+                crash.reached(f"{operation}.before_commit")
                 try:
                     conn.execute("COMMIT")
                 except apsw.Error as exc:
                     self._rollback()
                     raise self._commit_failed(exc, operation, present) from exc
+                crash.reached(f"{operation}.after_commit")
             except apsw.Error as exc:
                 raise _translate(exc, operation, outcome="absent") from exc
             finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -113,3 +114,39 @@ def test_durable_appends_are_visible_to_a_fresh_process(db_path: Path) -> None:
         str(db_path),
     )
     assert done.stdout.strip() == "hello", done.stderr
+
+
+RACER = """
+import json, os, sys, time, journal
+path, racer, go = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+with journal.open(path) as j:
+    while not os.path.exists(go):
+        time.sleep(0.001)
+    r = j.put_result("s", "c1", f"racer {racer}")
+    print(json.dumps({"won": r.won, "winner": r.event.seq, "content": r.event.data["content"]}))
+"""
+
+
+def test_g5_eight_processes_racing_put_result_yield_one_result_and_agree_on_the_winner(
+    db_path: Path, tmp_path: Path
+) -> None:
+    with journal.open(db_path) as j:
+        j.create_session("s")
+        j.append("s", "assistant_message", {"content": "", "tool_calls": [{"id": "c1", "name": "t", "arguments": {}}]})
+    go = tmp_path / "go"
+    racers = [python_child(RACER, str(db_path), str(i), str(go)) for i in range(8)]
+    time.sleep(0.5)
+    go.touch()
+    reports = []
+    for racer in racers:
+        out, err = racer.communicate(timeout=120)
+        assert racer.returncode == 0, err
+        reports.append(json.loads(out))
+    assert sum(r["won"] for r in reports) == 1
+    assert len({(r["winner"], r["content"]) for r in reports}) == 1
+    with journal.open(db_path) as j:
+        events = j.events("s")
+    results = [e for e in events if e.type == "tool_result"]
+    late = sorted(e.data["content"] for e in events if e.type == "tool_result_late")
+    assert len(results) == 1 and results[0].data["content"] == reports[0]["content"]
+    assert late == sorted(f"racer {i}" for i in range(8) if f"racer {i}" != results[0].data["content"])

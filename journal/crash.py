@@ -1,0 +1,86 @@
+"""Named crash points: places in the engine where a test can make the process die.
+
+A point is armed with ``arm(name, n)`` or the environment variable ``JOURNAL_CRASH_AT=name[:n]``
+(read at import); the n-th time the engine reaches it, the process kills itself with SIGKILL:
+no cleanup, no flush, no ``finally`` blocks, exactly as ``kill -9`` would. Unarmed, a point costs
+one global lookup.
+
+Every write transaction of the engine passes two points, ``<operation>.before_commit`` and
+``<operation>.after_commit``; ``POINTS`` lists the operations.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+# The operations whose commits are crash points (DESIGN §9). Each gives two points.
+OPERATIONS = (
+    "create_session",
+    "append",
+    "append_many",
+    "fork",
+    "turn_start",
+    "step_start",
+    "provider_started",
+    "save_chunk",
+    "assistant",
+    "dispatch",
+    "put_result",
+    "step_end",
+    "turn_end",
+    "recover",
+    "submit",
+    "claim",
+    "renew",
+    "complete",
+    "fail",
+    "requeue",
+    "reconcile",
+    "effect_recovery",
+    "resolve",
+)
+POINTS = tuple(f"{op}.{when}" for op in OPERATIONS for when in ("before_commit", "after_commit"))
+# Points around a tool's side effect, reached by tools that call ``reached`` (as the workload of
+# ``journal.testing`` does): not inside the engine, but named here so they are documented.
+TOOL_POINTS = ("tool.before_run", "tool.after_run")
+
+_armed: dict[str, int] | None = None
+
+
+def arm(name: str, n: int = 1) -> None:
+    """Die the ``n``-th time ``name`` is reached from now on."""
+    global _armed
+    if n < 1:
+        raise ValueError("n must be >= 1")
+    _armed = dict(_armed or {}, **{name: n})
+
+
+def disarm() -> None:
+    global _armed
+    _armed = None
+
+
+def reached(name: str) -> None:
+    """Called by the engine at a crash point."""
+    if _armed is None or name not in _armed:
+        return
+    _armed[name] -= 1
+    if _armed[name] <= 0:
+        die()
+
+
+def die() -> None:
+    """Kill this process at once, as SIGKILL does (no cleanup of any kind)."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _from_environment() -> None:
+    spec = os.environ.get("JOURNAL_CRASH_AT", "").strip()
+    if not spec:
+        return
+    name, _, count = spec.partition(":")
+    arm(name, int(count) if count else 1)
+
+
+_from_environment()

@@ -1,0 +1,211 @@
+"""Dispatch and results: the dispatch barrier (G6) and first-write-wins results (G5).
+
+``dispatch`` commits the ``tool_call`` event before it returns, so the tool runs only after a
+durable record says it was handed over. ``put_result`` inserts the ``tool_result`` against the
+unique index of one result per call; on a conflict it re-reads the winner in the same
+transaction and keeps a different loser as a ``tool_result_late`` event: never dropped, never
+replacing the first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from journal import log as _log
+from journal.errors import AlreadyDispatched, LeaseLost, NoOpenTurn, ResultExists, UnknownToolCall
+from journal.model import Event
+from journal.store import Database, Store
+from journal.validate import encode
+
+if TYPE_CHECKING:
+    from journal.turns import Turn
+
+
+@attrs.frozen
+class PutResult:
+    """What ``put_result`` did: ``event`` is the winning ``tool_result`` (this write's when
+    ``won``); ``late`` is the ``tool_result_late`` that kept a different losing result."""
+
+    event: Event
+    won: bool
+    late: Event | None = None
+
+
+@attrs.define
+class Dispatch:
+    """A committed dispatch: the ``tool_call`` event, and a way to record the call's result."""
+
+    journal: Any = attrs.field(repr=False)
+    event: Event
+    outcome: PutResult | None = None
+
+    @property
+    def call_id(self) -> str:
+        return self.event.data["id"]
+
+    @property
+    def arguments(self) -> Any:
+        return self.event.data.get("arguments")
+
+    def result(self, content: Any, **fields: Any) -> PutResult:
+        self.outcome = self.journal.put_result(self.event.session_id, self.call_id, content, **fields)
+        return self.outcome
+
+    def __enter__(self) -> Dispatch:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        # A tool that raised (or never reported) leaves its call dispatched without a result:
+        # that is the honest record ("it may have run"), and recovery will say so.
+        return None
+
+
+def _event_at_txn(db: Database, session_id: str, seq: int) -> Event:
+    for event in _log.read_events_txn(db, session_id, seq, seq + 1):
+        return event
+    raise AssertionError(f"no event at seq {seq} of {session_id!r}")  # pragma: no cover
+
+
+def requested_call_txn(db: Database, session_id: str, call_id: str) -> dict[str, Any]:
+    """The ``{id, name, arguments}`` an assistant message of the session requested."""
+    seq = _log.requested_seq_txn(db, session_id, call_id)
+    if seq is None:
+        raise UnknownToolCall(session_id, call_id)
+    message = _event_at_txn(db, session_id, seq)
+    for call in message.data.get("tool_calls") or ():
+        if call.get("id") == call_id:
+            return call
+    raise UnknownToolCall(session_id, call_id)  # pragma: no cover - the trigger read the same list
+
+
+def _check_turn_txn(db: Database, session_id: str, requested_seq: int, turn: Turn | None) -> None:
+    """A call requested inside a turn may be dispatched only while that turn is open (and, with a
+    handle, by the attempt that holds it): a turn closed by recovery runs no more tools."""
+    row = db.one(
+        "SELECT start_seq, end_seq, attempt FROM turn_journal WHERE session_id = ? AND start_seq <= ? "
+        "ORDER BY start_seq DESC LIMIT 1",
+        (session_id, requested_seq),
+    )
+    inside = row is not None and (row[1] is None or row[1] > requested_seq)
+    if turn is not None:
+        if not inside or row[0] != turn.start_seq:
+            raise LeaseLost(session_id, turn.attempt, "the call was not requested in this turn")
+        if row[2] != turn.attempt:
+            raise LeaseLost(session_id, turn.attempt, f"attempt {row[2]} holds the turn now")
+        if row[1] is not None:
+            raise LeaseLost(session_id, turn.attempt, f"the turn was closed at seq {row[1]}")
+    elif inside and row[1] is not None:
+        raise NoOpenTurn(session_id, f"the turn that requested this call was closed at seq {row[1]}")
+
+
+class ResultsMixin:
+    """The dispatch and result calls of ``Journal``."""
+
+    _store: Store
+
+    def dispatch(
+        self,
+        session_id: str,
+        call_id: str,
+        *,
+        turn: Turn | None = None,
+        idempotency_key: str | None = None,
+        request_id: str | None = None,
+        effect: str | None = None,
+    ) -> Dispatch:
+        """Record that a requested tool call is handed to its executor, durably, before it runs.
+
+        The ``tool_call`` event carries the call's name and recorded arguments. Dispatching a
+        call twice raises ``AlreadyDispatched`` (a call never runs twice); a call that already
+        has a result raises ``ResultExists``; a call no assistant message requested raises
+        ``UnknownToolCall``. Use the returned ``Dispatch`` as a context manager and call
+        ``.result(...)`` inside it.
+        """
+        time_ms = _log.now_ms()
+        with self._store.write("dispatch") as db:
+            call = requested_call_txn(db, session_id, call_id)
+            requested_seq = _log.requested_seq_txn(db, session_id, call_id)
+            assert requested_seq is not None
+            dispatched = _log.dispatch_seq_txn(db, session_id, call_id)
+            if dispatched is not None:
+                raise AlreadyDispatched(session_id, call_id, dispatched)
+            if _log.result_seq_txn(db, session_id, call_id) is not None:
+                raise ResultExists(session_id, call_id)
+            _check_turn_txn(db, session_id, requested_seq, turn)
+            data: dict[str, Any] = {"id": call_id, "name": call.get("name")}
+            if "arguments" in call:
+                data["arguments"] = call["arguments"]
+            for key, value in (("idempotency_key", idempotency_key), ("request_id", request_id), ("effect", effect)):
+                if value is not None:
+                    data[key] = value
+            text = encode("tool_call", data)
+            seq = _log.next_seq_txn(db, session_id)
+            _log.insert_txn(db, session_id, seq, "tool_call", text, time_ms)
+        return Dispatch(self, Event(session_id, seq, "tool_call", json.loads(text), time_ms))
+
+    @contextlib.contextmanager
+    def dispatching(self, session_id: str, call_id: str, **fields: Any) -> Iterator[Dispatch]:
+        """``dispatch`` as a context manager (the ``tool_call`` is committed on entry)."""
+        with self.dispatch(session_id, call_id, **fields) as handle:
+            yield handle
+
+    def put_result(
+        self,
+        session_id: str,
+        call_id: str,
+        content: Any,
+        *,
+        is_error: bool = False,
+        name: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> PutResult:
+        """Record a tool call's result; the first one written wins (G5).
+
+        A later result never replaces the first: ``.won`` is False, ``.event`` is the winner,
+        and a loser with different content is kept as a ``tool_result_late`` event (``.late``).
+        Writing the very same result again is harmless and writes nothing.
+        """
+        data: dict[str, Any] = {"tool_call_id": call_id, "content": content}
+        if name is not None:
+            data["name"] = name
+        if is_error:
+            data["is_error"] = True
+        if metadata is not None:
+            data["metadata"] = metadata
+        text = encode("tool_result", data)
+        time_ms = _log.now_ms()
+        with self._store.write("put_result") as db:
+            outcome = put_result_txn(db, session_id, call_id, text, time_ms)
+        return outcome
+
+
+def put_result_txn(db: Database, session_id: str, call_id: str, text: str, time_ms: int) -> PutResult:
+    """First-write-wins insert of an encoded ``tool_result`` inside the caller's transaction."""
+    requested = _log.requested_seq_txn(db, session_id, call_id)
+    if requested is None and _log.dispatch_seq_txn(db, session_id, call_id) is None:
+        raise UnknownToolCall(session_id, call_id)
+    seq = _log.next_seq_txn(db, session_id)
+    try:
+        _log.insert_txn(db, session_id, seq, "tool_result", text, time_ms)
+        return PutResult(Event(session_id, seq, "tool_result", json.loads(text), time_ms), won=True)
+    except ResultExists:
+        pass
+    winner_seq = _log.result_seq_txn(db, session_id, call_id)
+    assert winner_seq is not None
+    winner = _event_at_txn(db, session_id, winner_seq)
+    loser = json.loads(text)
+    if _same_result(winner.data, loser):
+        return PutResult(winner, won=False)
+    late_text = encode("tool_result_late", loser)
+    _log.insert_txn(db, session_id, seq, "tool_result_late", late_text, time_ms)
+    return PutResult(winner, won=False, late=Event(session_id, seq, "tool_result_late", loser, time_ms))
+
+
+def _same_result(winner: dict[str, Any], loser: dict[str, Any]) -> bool:
+    keys = ("content", "is_error", "name", "metadata")
+    return all(winner.get(k) == loser.get(k) for k in keys)

@@ -1,0 +1,181 @@
+"""The live loop (DESIGN §6): turns, steps, the turn journal, dispatch (G6), results (G5)."""
+
+from __future__ import annotations
+
+import pytest
+
+import journal
+from journal import Phase
+
+CALLS = [{"id": "c1", "name": "ls", "arguments": {"path": "/"}}, {"id": "c2", "name": "rm", "arguments": {"path": "/tmp/x"}}]
+
+
+def _phase(j: journal.Journal, session_id: str) -> Phase | None:
+    state = j.turn_state(session_id)
+    return None if state is None else state.phase
+
+
+def test_a_full_turn_moves_through_the_phases_and_closes(j: journal.Journal, fresh) -> None:
+    s = j.create_session().id
+    with j.turn(s) as turn:
+        assert turn.turn == 1 and _phase(j, s) is Phase.BEFORE_PROVIDER
+        with turn.step():
+            turn.provider_started(stream_key="k1")
+            assert _phase(j, s) is Phase.PROVIDER_STARTED
+            turn.assistant("", tool_calls=CALLS, stop_reason="tool_use")
+            state = j.turn_state(s)
+            assert state.phase is Phase.TOOL_REQUEST_RECORDED and state.tool_request == CALLS
+            for call in CALLS:
+                with turn.dispatch(call["id"]) as d:
+                    assert d.arguments == call["arguments"]
+                    d.result(f"ran {call['name']}")
+        assert _phase(j, s) is Phase.BEFORE_PROVIDER
+        with turn.step():
+            turn.assistant("done", stop_reason="stop")
+    types = [e.type for e in fresh().events(s)]
+    assert types == [
+        "turn_start", "step_start", "assistant_message", "tool_call", "tool_result", "tool_call", "tool_result",
+        "step_end", "step_start", "assistant_message", "step_end", "turn_end",
+    ]  # fmt: skip
+    end = j.events(s)[-1]
+    assert end.data == {"turn": 1, "steps": 2, "reason": "complete"}
+    assert j.turn_state(s) is None
+    assert j.turn_state(s, 0).phase is Phase.COMMITTED
+    assert j.check() == []
+
+
+def test_turns_are_numbered_from_one_by_counting_the_logs_turns(j: journal.Journal) -> None:
+    s = j.create_session().id
+    for expected in (1, 2, 3):
+        turn = j.turn_start(s)
+        assert turn.turn == expected
+        j.turn_end(turn, reason="rejected" if expected == 2 else "complete")
+    fork = j.fork(s)
+    assert j.turn_start(fork.id).turn == 4
+
+
+def test_a_step_whose_body_raises_ends_with_outcome_error_and_the_exception_propagates(j: journal.Journal) -> None:
+    s = j.create_session().id
+    turn = j.turn_start(s)
+    with pytest.raises(ZeroDivisionError):
+        with turn.step():
+            1 / 0
+    assert j.events(s)[-1].data == {"turn": 1, "step": 1, "outcome": "error"}
+
+
+def test_a_turn_whose_body_raises_is_left_open_for_recovery(j: journal.Journal) -> None:
+    s = j.create_session().id
+    with pytest.raises(RuntimeError):
+        with j.turn(s):
+            raise RuntimeError("the model fell over")
+    assert [e.type for e in j.events(s)] == ["turn_start"]
+    assert _phase(j, s) is Phase.BEFORE_PROVIDER
+
+
+def test_stream_chunks_first_write_wins_and_read_back_in_order(j: journal.Journal) -> None:
+    s = j.create_session().id
+    assert j.save_chunk(s, "k", 1, "world")
+    assert j.save_chunk(s, "k", 0, "hello ")
+    assert not j.save_chunk(s, "k", 0, "HELLO ")
+    assert j.stream_chunks("k") == ["hello ", "world"]
+
+
+def test_g5_second_result_loses_and_is_kept_as_late_evidence(j: journal.Journal, fresh) -> None:
+    s = j.create_session().id
+    turn = j.turn_start(s)
+    turn.step_start()
+    turn.assistant("", tool_calls=CALLS[:1])
+    first = j.put_result(s, "c1", "real")
+    assert first.won and first.late is None
+    again = j.put_result(s, "c1", "real")
+    assert not again.won and again.event == first.event and again.late is None
+    loser = j.put_result(s, "c1", "different", is_error=True)
+    assert not loser.won and loser.event == first.event
+    assert loser.late.type == "tool_result_late" and loser.late.data["content"] == "different"
+    events = fresh().events(s)
+    assert [e.type for e in events].count("tool_result") == 1
+    assert [e.type for e in events].count("tool_result_late") == 1
+
+
+def test_dispatching_twice_is_refused_so_a_call_never_runs_twice(j: journal.Journal) -> None:
+    s = j.create_session().id
+    turn = j.turn_start(s)
+    turn.step_start()
+    turn.assistant("", tool_calls=CALLS[:1])
+    first = turn.dispatch("c1")
+    with pytest.raises(journal.AlreadyDispatched) as info:
+        turn.dispatch("c1")
+    assert info.value.seq == first.event.seq
+
+
+def test_a_stale_attempts_writes_raise_lease_lost_and_change_nothing(j: journal.Journal, fresh) -> None:
+    s = j.create_session().id
+    turn = j.turn_start(s)
+    turn.step_start()
+    turn.assistant("", tool_calls=CALLS[:1])
+    # Another worker takes the turn over (the reconciler's new attempt does exactly this).
+    j._store._conn.execute("UPDATE turn_journal SET attempt = 2 WHERE session_id = ?", (s,))
+    before_events = fresh().events(s)
+    before_state = j.turn_state(s)
+    for write in (
+        lambda: turn.step_end(),
+        lambda: turn.provider_started(stream_key="k"),
+        lambda: turn.dispatch("c1"),
+        lambda: turn.complete(),
+        lambda: turn.assistant("late"),
+    ):
+        with pytest.raises(journal.LeaseLost):
+            write()
+    assert fresh().events(s) == before_events
+    assert j.turn_state(s) == before_state
+
+
+def test_a_turn_closed_by_recovery_dispatches_no_more_tools(j: journal.Journal) -> None:
+    s = j.create_session().id
+    turn = j.turn_start(s)
+    turn.step_start()
+    turn.assistant("", tool_calls=CALLS[:1])
+    j.append(s, "turn_end", {"turn": 1, "steps": 1, "reason": "interrupted"})
+    with pytest.raises(journal.LeaseLost):
+        turn.dispatch("c1")
+    with pytest.raises(journal.NoOpenTurn):
+        j.dispatch(s, "c1")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param(lambda j, s, t: j.put_result(s, "nobody-asked", "x"), id="result-for-unknown-call"),
+        pytest.param(lambda j, s, t: j.dispatch(s, "nobody-asked"), id="dispatch-for-unknown-call"),
+        pytest.param(lambda j, s, t: j.turn_end(t, reason="interrupted"), id="interrupted-from-live-api"),
+        pytest.param(lambda j, s, t: j.turn_start(s), id="nested-turn-start"),
+        pytest.param(lambda j, s, t: j.step_end(t), id="step-end-without-step"),
+        pytest.param(lambda j, s, t: t.provider_started(), id="provider-started-outside-step"),
+        pytest.param(lambda j, s, t: t.assistant("hi"), id="assistant-outside-step"),
+        pytest.param(lambda j, s, t: t.step_end(outcome="meh"), id="bad-step-outcome"),
+    ],
+)
+def test_bad_live_loop_input_is_a_typed_error_and_writes_nothing(j: journal.Journal, fresh, bad) -> None:
+    s = j.create_session().id
+    turn = j.turn_start(s)
+    before = fresh().events(s)
+    with pytest.raises(journal.JournalError):
+        bad(j, s, turn)
+    assert fresh().events(s) == before
+
+
+def test_a_step_outside_a_turn_is_a_typed_error(j: journal.Journal) -> None:
+    s = j.create_session().id
+    turn = j.turn_start(s)
+    turn.complete()
+    with pytest.raises(journal.LeaseLost):
+        turn.step_start()
+    assert [e.type for e in j.events(s)] == ["turn_start", "turn_end"]
+
+
+def test_a_turn_start_written_with_plain_append_opens_a_turn_the_journal_sees(j: journal.Journal) -> None:
+    s = j.create_session().id
+    j.append(s, "turn_start", {"turn": 1})
+    assert _phase(j, s) is Phase.BEFORE_PROVIDER
+    with pytest.raises(journal.OpenTurnError):
+        j.turn_start(s)
