@@ -1,0 +1,695 @@
+"""The resume policy's classifier (DESIGN §7(3)): tables for every rule, properties for the rest."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from journal.classify import (
+    Absent,
+    AdvancedPastInput,
+    Completed,
+    Pending,
+    Resume,
+    ResumeMode,
+    TerminalError,
+    ToolUseUnresolved,
+    TrailingPartialToolBatch,
+    classify_submission_state,
+    count_consecutive_retryable_errors,
+    find_trailing_partial_tool_batch,
+    is_context_overflow,
+    is_retryable_error,
+)
+from journal.model import Event, EventType, StopReason
+
+WINDOW = 200_000
+
+# --- building logs ------------------------------------------------------------------------
+
+
+def _log(*items: tuple[str, Any]) -> list[Event]:
+    """Events from ``(type, data)`` pairs; seqs start at 1 (seq 0 is the submission's input)."""
+    return [
+        Event(session_id="s", seq=seq, type=type_, data=data, time_ms=1_000 + seq)
+        for seq, (type_, data) in enumerate(items, start=1)
+    ]
+
+
+def user(content: str = "and another thing") -> tuple[str, Any]:
+    return ("user_message", {"content": content})
+
+
+def system(content: str = "be brief") -> tuple[str, Any]:
+    return ("system_message", {"content": content})
+
+
+def call(call_id: str, name: str = "echo") -> dict[str, Any]:
+    return {"id": call_id, "name": name, "arguments": {}}
+
+
+def assistant(
+    stop_reason: str,
+    *,
+    calls: tuple[str, ...] = (),
+    error: str | None = None,
+    usage: dict[str, Any] | None = None,
+) -> tuple[str, Any]:
+    data: dict[str, Any] = {"content": "…", "stop_reason": stop_reason}
+    if calls:
+        data["tool_calls"] = [call(call_id) for call_id in calls]
+    if error is not None:
+        data["error_message"] = error
+    if usage is not None:
+        data["usage"] = usage
+    return ("assistant_message", data)
+
+
+def tool_use(*call_ids: str) -> tuple[str, Any]:
+    return assistant("tool_use", calls=call_ids)
+
+
+def error(message: str | None) -> tuple[str, Any]:
+    return assistant("error", error=message)
+
+
+def result(call_id: str) -> tuple[str, Any]:
+    return ("tool_result", {"tool_call_id": call_id, "content": f"result of {call_id}"})
+
+
+def dispatch(call_id: str) -> tuple[str, Any]:
+    return ("tool_call", {"id": call_id, "name": "echo"})
+
+
+STOP = assistant("stop")
+ABORTED = assistant("aborted")
+INTERRUPTED = ("stream_interrupted", {})
+CONTINUED = ("stream_continued", {})
+TURN_START = ("turn_start", {"turn": 1})
+STEP_START = ("step_start", {"turn": 1, "step": 1})
+STEP_END = ("step_end", {"turn": 1, "step": 1, "outcome": "ok"})
+APP_NOTE = ("x.note", {"text": "an application's own event"})
+
+
+def usage(input: int, output: int, cache_read: int = 0) -> dict[str, int]:
+    return {"input": input, "output": output, "cache_read": cache_read}
+
+
+def resume(mode: ResumeMode, at: int | None, errors: int = 0) -> Callable[[list[Event]], Resume]:
+    """The expected ``Resume``, its assistant named by index into the log."""
+    return lambda events: Resume(mode, None if at is None else events[at], errors)
+
+
+def completed(at: int, *, overflow: bool) -> Callable[[list[Event]], Completed]:
+    return lambda events: Completed(events[at], overflow)
+
+
+def unresolved(at: int) -> Callable[[list[Event]], ToolUseUnresolved]:
+    return lambda events: ToolUseUnresolved(events[at])
+
+
+def fixed(state: object) -> Callable[[list[Event]], object]:
+    return lambda events: state
+
+
+M = ResumeMode
+
+# --- the ten rules, as a table --------------------------------------------------------------
+
+CASES = [
+    # rule 2
+    pytest.param([STOP, user()], fixed(AdvancedPastInput()), id="r2_user_message_after_input_is_advanced_past_input"),
+    pytest.param([tool_use("a"), user()], fixed(AdvancedPastInput()), id="r2_user_message_wins_over_an_open_batch"),
+    # rule 3
+    pytest.param([], resume(M.INPUT_ONLY, None), id="r3_nothing_after_input_resumes_input_only"),
+    pytest.param(
+        [TURN_START, STEP_START, APP_NOTE], resume(M.INPUT_ONLY, None),
+        id="r3_only_bookkeeping_resumes_input_only",
+    ),
+    # rule 4 (before overflow: finished work is settled, overflow only flagged)
+    pytest.param([STOP], completed(0, overflow=False), id="r4_stop_is_completed"),
+    pytest.param([assistant("length")], completed(0, overflow=False), id="r4_length_is_completed"),
+    pytest.param(
+        [tool_use("a"), result("a"), STEP_END, STOP], completed(3, overflow=False),
+        id="r4_stop_after_a_batch_is_completed",
+    ),
+    pytest.param(
+        [assistant("stop", usage=usage(190_000, 10, 10_001))], completed(0, overflow=True),
+        id="r4_stop_over_the_window_is_completed_with_silent_overflow",
+    ),
+    pytest.param(
+        [assistant("stop", usage=usage(190_000, 10, 10_000))], completed(0, overflow=False),
+        id="r4_stop_exactly_at_the_window_is_no_overflow",
+    ),
+    pytest.param(
+        [assistant("length", usage=usage(198_000, 0))], completed(0, overflow=True),
+        id="r4_length_with_no_output_at_99_percent_is_silent_overflow",
+    ),
+    pytest.param(
+        [assistant("length", usage=usage(197_999, 0))], completed(0, overflow=False),
+        id="r4_length_below_99_percent_is_no_overflow",
+    ),
+    pytest.param(
+        [assistant("length", usage=usage(199_000, 1))], completed(0, overflow=False),
+        id="r4_length_with_output_is_no_overflow",
+    ),
+    # rule 5
+    pytest.param(
+        [error("prompt is too long: 215000 tokens > 200000 maximum")], resume(M.OVERFLOW, 0),
+        id="r5_prompt_too_long_resumes_overflow",
+    ),
+    pytest.param(
+        [error("Error code: 400 - context_length_exceeded")], resume(M.OVERFLOW, 0),
+        id="r5_context_length_exceeded_resumes_overflow",
+    ),
+    pytest.param(
+        [error("Your input exceeds the context window of this model")], resume(M.OVERFLOW, 0),
+        id="r5_exceeds_the_context_window_resumes_overflow",
+    ),
+    pytest.param(
+        [error("413 request_too_large: see the rate limits page")], resume(M.OVERFLOW, 0),
+        id="r5_overflow_wins_over_a_retryable_looking_message",
+    ),
+    # rule 6
+    pytest.param(
+        [error("upstream said HTTP 503")], resume(M.TRANSIENT_RETRY, 0, errors=1),
+        id="r6_http_503_resumes_transient_retry",
+    ),
+    pytest.param(
+        [error("overloaded_error"), error("rate limit reached"), error("socket hang up")],
+        resume(M.TRANSIENT_RETRY, 2, errors=3),
+        id="r6_retryable_errors_in_a_row_are_counted",
+    ),
+    pytest.param(
+        [error("invalid api key"), error("Request timed out")], resume(M.TRANSIENT_RETRY, 1, errors=1),
+        id="r6_count_stops_at_a_non_retryable_error",
+    ),
+    pytest.param(
+        [tool_use("a"), result("a"), STEP_END, error("fetch failed"), STEP_START, error("ECONNRESET")],
+        resume(M.TRANSIENT_RETRY, 5, errors=2),
+        id="r6_count_stops_at_a_tool_use_assistant",
+    ),
+    pytest.param(
+        [error("billing: monthly budget of 215000 tokens used up")],
+        fixed(TerminalError("billing: monthly budget of 215000 tokens used up")),
+        id="r6_215000_tokens_is_not_a_retryable_500",
+    ),
+    # rule 7
+    pytest.param(
+        [ABORTED, INTERRUPTED, CONTINUED], resume(M.STREAM_CONTINUATION, 0),
+        id="r7_aborted_then_stream_signals_resumes_stream_continuation",
+    ),
+    pytest.param(
+        [ABORTED, STEP_END, INTERRUPTED, APP_NOTE, CONTINUED], resume(M.STREAM_CONTINUATION, 0),
+        id="r7_bookkeeping_between_signals_keeps_them_adjacent",
+    ),
+    pytest.param(
+        [tool_use("a", "b"), result("a"), ABORTED, INTERRUPTED, CONTINUED], resume(M.STREAM_CONTINUATION, 2),
+        id="r7_stream_continuation_wins_over_a_partial_batch",
+    ),
+    pytest.param(
+        [ABORTED, INTERRUPTED, system(), CONTINUED], resume(M.ABORTED_PARTIAL, 0),
+        id="r7_signals_not_adjacent_are_aborted_partial",
+    ),
+    pytest.param(
+        [ABORTED, CONTINUED, INTERRUPTED], resume(M.ABORTED_PARTIAL, 0),
+        id="r7_signals_in_the_wrong_order_are_aborted_partial",
+    ),
+    pytest.param(
+        [ABORTED, INTERRUPTED], resume(M.ABORTED_PARTIAL, 0),
+        id="r7_interrupted_without_continued_is_aborted_partial",
+    ),
+    # rule 8
+    pytest.param([tool_use("a", "b")], unresolved(0), id="r8_tool_use_without_any_result_is_unresolved"),
+    pytest.param(
+        [STEP_START, tool_use("a"), dispatch("a")], unresolved(1),
+        id="r8_dispatched_call_without_result_is_unresolved",
+    ),
+    pytest.param(
+        [tool_use("a", "b"), dispatch("a"), result("a"), dispatch("b"), result("b")], resume(M.TOOL_RESULTS, 0),
+        id="r8_complete_batch_resumes_tool_results",
+    ),
+    pytest.param(
+        [tool_use("a", "b"), result("b"), result("a")], resume(M.TOOL_RESULTS, 0),
+        id="r8_results_out_of_call_order_are_still_complete",
+    ),
+    pytest.param(
+        [tool_use("a", "b"), dispatch("a"), result("a"), dispatch("b")], resume(M.TOOL_RESULTS_PARTIAL, 0),
+        id="r8_partial_batch_resumes_tool_results_partial",
+    ),
+    pytest.param(
+        [tool_use("a"), result("a"), tool_use("b")], resume(M.TOOL_RESULTS_PARTIAL, 2),
+        id="r8_new_batch_after_earlier_results_is_partial_not_unresolved",
+    ),
+    # rule 9
+    pytest.param(
+        [tool_use("a", "b"), result("a"), ABORTED], resume(M.TOOL_RESULTS_PARTIAL, 2),
+        id="r9_partial_batch_then_aborted_resumes_tool_results_partial",
+    ),
+    pytest.param(
+        [tool_use("a", "b"), result("a"), result("b"), STEP_END, ABORTED], resume(M.ABORTED_PARTIAL, 4),
+        id="r9_complete_batch_then_aborted_resumes_aborted_partial",
+    ),
+    pytest.param([ABORTED], resume(M.ABORTED_PARTIAL, 0), id="r9_aborted_alone_resumes_aborted_partial"),
+    pytest.param(
+        [tool_use("a", "b"), result("a"), ABORTED, ABORTED], resume(M.ABORTED_PARTIAL, 3),
+        id="r9_two_aborted_after_a_batch_break_the_shape",
+    ),
+    # rule 10
+    pytest.param(
+        [error("invalid api key")], fixed(TerminalError("invalid api key")),
+        id="r10_non_retryable_error_is_terminal_with_its_message",
+    ),
+    pytest.param(
+        [error(None)], fixed(TerminalError("error")),
+        id="r10_error_without_message_is_terminal_with_stop_reason",
+    ),
+    pytest.param([assistant("refusal")], fixed(TerminalError("refusal")), id="r10_unknown_stop_reason_is_terminal"),
+    pytest.param(
+        [("assistant_message", {"content": "?"})], fixed(TerminalError("unknown")),
+        id="r10_missing_stop_reason_is_terminal_unknown",
+    ),
+]
+
+
+@pytest.mark.parametrize(("items", "expected"), CASES)
+def test_classify_submission_state(items: list[tuple[str, Any]], expected: Callable) -> None:
+    events = _log(*items)
+    assert classify_submission_state(events, context_window=WINDOW) == expected(events)
+
+
+def test_r1_missing_input_event_is_absent() -> None:
+    assert classify_submission_state(None, context_window=WINDOW) == Absent()
+
+
+def test_every_rule_state_and_mode_is_covered_by_the_table() -> None:
+    states = [p.values[1](_log(*p.values[0])) for p in CASES]
+    kinds = {state.kind for state in states} | {Absent.kind}
+    assert kinds == {"absent", "advanced_past_input", "completed", "tool_use_unresolved", "terminal_error", "resume"}
+    assert {state.mode for state in states if isinstance(state, Resume)} == set(ResumeMode)
+    assert {p.id.split("_")[0] for p in CASES} | {"r1"} == {f"r{n}" for n in range(1, 11)}
+
+
+def test_resume_carries_no_assistant_only_for_input_only() -> None:
+    for param in CASES:
+        state = param.values[1](_log(*param.values[0]))
+        if isinstance(state, Resume):
+            assert (state.assistant is None) == (state.mode is ResumeMode.INPUT_ONLY)
+
+
+# --- the states ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cls", "kind"),
+    [
+        (Absent, "absent"),
+        (AdvancedPastInput, "advanced_past_input"),
+        (Completed, "completed"),
+        (ToolUseUnresolved, "tool_use_unresolved"),
+        (TerminalError, "terminal_error"),
+        (Pending, "pending"),
+        (Resume, "resume"),
+    ],
+)
+def test_each_state_names_its_kind_on_the_class(cls: type, kind: str) -> None:
+    assert cls.kind == kind
+
+
+def test_state_to_dict_starts_with_kind_and_flattens_events_and_modes() -> None:
+    [event] = _log(ABORTED)
+    assert Resume(ResumeMode.ABORTED_PARTIAL, event, 2).to_dict() == {
+        "kind": "resume",
+        "mode": "aborted_partial",
+        "assistant": event.to_dict(),
+        "consecutive_retryable_errors": 2,
+    }
+    assert Pending().to_dict() == {"kind": "pending"}
+    assert TerminalError("boom").to_dict() == {"kind": "terminal_error", "reason": "boom"}
+
+
+def test_resume_mode_values_are_the_vocabulary() -> None:
+    assert [str(mode) for mode in ResumeMode] == [
+        "input_only",
+        "stream_continuation",
+        "tool_results",
+        "tool_results_partial",
+        "transient_retry",
+        "overflow",
+        "aborted_partial",
+    ]
+    assert ResumeMode("overflow") == "overflow"
+
+
+def test_states_are_hashable_although_events_hold_dicts() -> None:
+    [event] = _log(STOP)
+    assert len({Completed(event, False), Completed(event, False), Absent()}) == 2
+
+
+# --- the trailing partial batch -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("items", "at", "call_ids"),
+    [
+        pytest.param(
+            [tool_use("a", "b", "c"), result("b")], 0, ("a", "b", "c"),
+            id="partial_batch_returns_all_calls_in_call_order",
+        ),
+        pytest.param(
+            [tool_use("a", "b"), result("a"), STEP_END, ABORTED], 0, ("a", "b"),
+            id="partial_batch_then_one_aborted_assistant",
+        ),
+        pytest.param([tool_use("a", "b")], 0, ("a", "b"), id="batch_without_results_is_partial"),
+        pytest.param(
+            [tool_use("a"), dispatch("a"), result("zz")], 0, ("a",),
+            id="result_for_a_foreign_call_answers_nothing",
+        ),
+        pytest.param(
+            [tool_use("x"), result("x"), tool_use("a", "b"), result("a")], 2, ("a", "b"),
+            id="only_the_last_batch_is_examined",
+        ),
+        pytest.param(
+            [tool_use("a", "b"), result("a"), ABORTED, INTERRUPTED], None, (),
+            id="trailing_signal_breaks_the_shape",
+        ),
+        pytest.param([tool_use("a", "b"), result("a"), result("b")], None, (), id="complete_batch_is_none"),
+        pytest.param(
+            [tool_use("a", "b"), result("a"), result("b"), ABORTED], None, (),
+            id="complete_batch_then_aborted_is_none",
+        ),
+        pytest.param(
+            [tool_use("a", "b"), result("a"), ABORTED, ABORTED], None, (),
+            id="two_aborted_assistants_are_not_the_shape",
+        ),
+        pytest.param(
+            [tool_use("a", "b"), result("a"), system()], None, (),
+            id="system_message_after_results_is_not_the_shape",
+        ),
+        pytest.param(
+            [tool_use("a", "b"), result("a"), INTERRUPTED, CONTINUED], None, (),
+            id="stream_continued_means_no_partial_batch",
+        ),
+        pytest.param([CONTINUED, tool_use("a", "b")], None, (), id="stream_continued_anywhere_means_no_partial_batch"),
+        pytest.param(
+            [error("overloaded"), result("a")], None, (),
+            id="results_after_a_non_tool_use_assistant_are_none",
+        ),
+        pytest.param([STOP], None, (), id="stopped_assistant_is_none"),
+        pytest.param([assistant("tool_use")], None, (), id="tool_use_without_calls_is_none"),
+        pytest.param([], None, (), id="empty_slice_is_none"),
+    ],
+)
+def test_find_trailing_partial_tool_batch(items: list, at: int | None, call_ids: tuple[str, ...]) -> None:
+    events = _log(*items)
+    batch = find_trailing_partial_tool_batch(events)
+    if at is None:
+        assert batch is None
+    else:
+        assert batch == TrailingPartialToolBatch(events[at], tuple(call(i) for i in call_ids))
+
+
+def test_find_trailing_partial_tool_batch_of_none_is_none() -> None:
+    assert find_trailing_partial_tool_batch(None) is None
+
+
+# --- the predicates -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("message", "retryable"),
+    [
+        ("Overloaded", True),
+        ("rate_limit_error: slow down", True),
+        ("429 Too Many Requests", True),
+        ("HTTP 503", True),
+        ("status 500.", True),
+        ("502 Bad Gateway", True),
+        ("504", True),
+        ("503 Service Unavailable", True),
+        ("service unavailable", True),
+        ("Internal server error", True),
+        ("network error", True),
+        ("connection reset by peer", True),
+        ("connection refused", True),
+        ("Connection lost", True),
+        ("socket hang up", True),
+        ("TypeError: fetch failed", True),
+        ("request timed out", True),
+        ("ETIMEDOUT", True),
+        ("read timeout", True),
+        ("prompt is too long: 215000 tokens > 200000 maximum", False),
+        ("request 15029 failed", False),
+        ("1,500 tokens over budget", False),
+        ("version 1.503 is unsupported", False),
+        ("invalid api key", False),
+        ("Request too large for gpt-4o on tokens per min; see the rate-limits page", False),
+        ("", False),
+    ],
+)
+def test_is_retryable_error_on_messages(message: str, retryable: bool) -> None:
+    assert is_retryable_error(message) is retryable
+    [event] = _log(error(message))
+    assert is_retryable_error(event) is retryable
+
+
+def test_only_an_error_assistant_is_a_retryable_error() -> None:
+    aborted_by_timeout = _log(assistant("aborted", error="request timed out"))[0]
+    result_event = _log(("tool_result", {"tool_call_id": "a", "error_message": "timed out"}))[0]
+    assert not is_retryable_error(aborted_by_timeout)
+    assert not is_retryable_error(result_event)
+    assert not is_retryable_error(None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("item", "window", "overflow"),
+    [
+        pytest.param(error("maximum context length is 128000 tokens"), WINDOW, True, id="openai_message"),
+        pytest.param(error("input is too long for requested model"), WINDOW, True, id="bedrock_message"),
+        pytest.param(error("request_too_large"), WINDOW, True, id="anthropic_413"),
+        pytest.param(error("Too many tokens in the request"), WINDOW, True, id="too_many_tokens"),
+        pytest.param(error("context length exceeded"), WINDOW, True, id="context_length_exceeded_prose"),
+        pytest.param(error("overloaded"), WINDOW, False, id="retryable_error_is_not_overflow"),
+        pytest.param(assistant("aborted", error="prompt is too long"), WINDOW, False, id="aborted_is_never_overflow"),
+        pytest.param(assistant("stop", usage=usage(200_001, 5)), WINDOW, True, id="stop_over_window_by_input"),
+        pytest.param(
+            assistant("stop", usage={"input": 200_001.0, "output": 5}), WINDOW, True,
+            id="integral_float_counts",
+        ),
+        pytest.param(
+            assistant("stop", usage={"input": 150_000}), WINDOW, False,
+            id="missing_cache_read_counts_as_zero",
+        ),
+        pytest.param(
+            assistant("length", usage={"input": 199_000}), WINDOW, False,
+            id="length_without_output_is_unknown",
+        ),
+        pytest.param(assistant("stop"), WINDOW, False, id="missing_usage"),
+        pytest.param(assistant("stop", usage=usage(10, 5)), 0, False, id="no_window_no_silent_overflow"),
+        pytest.param(assistant("stop", usage=usage(10**400, 5)), 10**399, True, id="huge_counts_stay_exact"),
+    ],
+)
+def test_is_context_overflow(item: tuple[str, Any], window: int, overflow: bool) -> None:
+    [event] = _log(item)
+    assert is_context_overflow(event, context_window=window) is overflow
+
+
+@pytest.mark.parametrize(
+    ("items", "count"),
+    [
+        pytest.param([], 0, id="empty"),
+        pytest.param([error("overloaded")], 1, id="one"),
+        pytest.param([error("overloaded"), error("HTTP 429"), error("timeout")], 3, id="three_in_a_row"),
+        pytest.param(
+            [error("overloaded"), error("invalid api key"), error("timeout")], 1,
+            id="stops_at_non_retryable_error",
+        ),
+        pytest.param([error("overloaded"), user(), error("timeout")], 1, id="stops_at_user_message"),
+        pytest.param([error("overloaded"), STEP_END, INTERRUPTED, error("timeout")], 2, id="passes_over_other_events"),
+        pytest.param([error("overloaded"), STOP], 0, id="ends_with_a_good_answer"),
+        pytest.param([error("overloaded"), error("prompt is too long")], 0, id="stops_at_an_overflow"),
+    ],
+)
+def test_count_consecutive_retryable_errors(items: list, count: int) -> None:
+    assert count_consecutive_retryable_errors(_log(*items)) == count
+
+
+def test_count_consecutive_retryable_errors_of_none_is_zero() -> None:
+    assert count_consecutive_retryable_errors(None) == 0
+
+
+# --- garbage in, a state out --------------------------------------------------------------
+
+GARBAGE = [
+    pytest.param([("assistant_message", None)], id="data_is_none"),
+    pytest.param([("assistant_message", ["stop"])], id="data_is_a_list"),
+    pytest.param([("assistant_message", {"stop_reason": "tool_use", "tool_calls": "a,b"})], id="tool_calls_not_a_list"),
+    pytest.param(
+        [("assistant_message", {"stop_reason": "tool_use", "tool_calls": [1, None, "x", {"id": 3}]}), result("a")],
+        id="tool_calls_entries_not_dicts",
+    ),
+    pytest.param([("assistant_message", {"stop_reason": "stop", "usage": "lots"})], id="usage_not_a_dict"),
+    pytest.param(
+        [("assistant_message", {"stop_reason": "stop", "usage": {"input": math.nan, "cache_read": math.inf}})],
+        id="usage_nan_and_inf",
+    ),
+    pytest.param(
+        [("assistant_message", {"stop_reason": "length", "usage": {"input": True, "output": False}})],
+        id="usage_bools",
+    ),
+    pytest.param(
+        [("assistant_message", {"stop_reason": "stop", "usage": {"input": 10**400, "cache_read": 0.5}})],
+        id="usage_huge_int_and_fraction",
+    ),
+    pytest.param(
+        [("assistant_message", {"stop_reason": ["error"], "error_message": {"x": 1}})],
+        id="stop_reason_and_message_wrong_types",
+    ),
+    pytest.param(
+        [("tool_result", {"tool_call_id": ["a"]}), ("assistant_message", {"stop_reason": "aborted"})],
+        id="result_id_wrong_type",
+    ),
+    pytest.param(
+        [(None, {}), (42, None), ("x.app", 7), ("nonsense", {"stop_reason": "stop"})],
+        id="types_wrong_or_unknown",
+    ),
+]
+
+
+@pytest.mark.parametrize("items", GARBAGE)
+def test_garbage_events_classify_without_raising(items: list) -> None:
+    events = _log(*items)
+    state = classify_submission_state(events, context_window=WINDOW)
+    assert state == classify_submission_state(events, context_window=WINDOW)
+    assert not isinstance(state, Pending)
+    find_trailing_partial_tool_batch(events)
+    assert count_consecutive_retryable_errors(events) >= 0
+
+
+def test_enum_members_in_data_read_as_their_values() -> None:
+    events = _log(("assistant_message", {"content": "", "stop_reason": StopReason.STOP}))
+    events = [Event(e.session_id, e.seq, EventType.ASSISTANT_MESSAGE, e.data, e.time_ms) for e in events]
+    assert classify_submission_state(events, context_window=WINDOW) == Completed(events[0], False)
+
+
+def test_any_iterable_of_events_is_accepted() -> None:
+    events = _log(tool_use("a"), result("a"))
+    assert classify_submission_state(tuple(events), context_window=WINDOW) == Resume(
+        ResumeMode.TOOL_RESULTS, events[0], 0
+    )
+
+
+# --- properties ---------------------------------------------------------------------------
+
+_CALL_IDS = st.sampled_from(["a", "b", "c"])
+_MESSAGES = st.sampled_from(
+    [
+        "overloaded",
+        "HTTP 503",
+        "215000 tokens",
+        "prompt is too long",
+        "invalid api key",
+        "request timed out",
+        "",
+    ]
+)
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=8,
+)
+_COUNTS = st.integers(0, 300_000) | _JSON
+_USAGE = st.fixed_dictionaries({}, optional={"input": _COUNTS, "output": _COUNTS, "cache_read": _COUNTS}) | _JSON
+_CALL = st.fixed_dictionaries({"id": _CALL_IDS | _JSON, "name": st.just("echo")}) | _JSON
+_ASSISTANT_DATA = st.fixed_dictionaries(
+    {"content": st.just("…")},
+    optional={
+        "stop_reason": st.sampled_from([r.value for r in StopReason]) | _JSON,
+        "tool_calls": st.lists(_CALL, max_size=3) | _JSON,
+        "error_message": _MESSAGES | _JSON,
+        "usage": _USAGE,
+    },
+)
+_RESULT_DATA = st.fixed_dictionaries({"tool_call_id": _CALL_IDS | _JSON, "content": st.just("ok")})
+_SIGNIFICANT_EVENT = st.one_of(
+    st.tuples(st.just("assistant_message"), _ASSISTANT_DATA | _JSON),
+    st.tuples(st.just("tool_result"), _RESULT_DATA | _JSON),
+    st.tuples(st.sampled_from(["user_message", "system_message"]), st.just({"content": "hi"})),
+    st.tuples(st.sampled_from(["stream_interrupted", "stream_continued", "submission_interrupted"]), st.just({})),
+)
+_BOOKKEEPING_EVENT = st.tuples(
+    st.sampled_from(
+        [
+            "turn_start",
+            "turn_end",
+            "step_start",
+            "step_end",
+            "tool_call",
+            "tool_result_late",
+            "operator_resolution",
+            "x.note",
+            "unknown",
+        ]
+    ),
+    _JSON,
+)
+_ANY_EVENT = st.one_of(
+    _SIGNIFICANT_EVENT,
+    _BOOKKEEPING_EVENT,
+    st.tuples(st.sampled_from([t.value for t in EventType]) | _JSON, _JSON),
+)
+_WINDOWS = st.integers(-5, 400_000) | st.integers()
+
+
+def _events(items: list[tuple[Any, Any]]) -> list[Event]:
+    return _log(*items)
+
+
+@settings(max_examples=200, deadline=None)
+@given(items=st.lists(_ANY_EVENT, max_size=10), window=_WINDOWS)
+def test_classifier_never_raises_and_is_deterministic(items: list, window: int) -> None:
+    events = _events(items)
+    state = classify_submission_state(events, context_window=window)
+    assert state == classify_submission_state(list(events), context_window=window)
+    assert isinstance(state, (AdvancedPastInput, Completed, ToolUseUnresolved, TerminalError, Resume))
+    if isinstance(state, Resume):
+        assert isinstance(state.mode, ResumeMode)
+        assert state.consecutive_retryable_errors == count_consecutive_retryable_errors(events)
+        assert state.assistant is None or state.assistant in events
+    if isinstance(state, TerminalError):
+        assert isinstance(state.reason, str) and state.reason
+
+
+@settings(max_examples=150, deadline=None)
+@given(items=st.lists(_ANY_EVENT, max_size=10))
+def test_find_trailing_partial_tool_batch_never_raises_and_names_an_owed_call(items: list) -> None:
+    events = _events(items)
+    batch = find_trailing_partial_tool_batch(events)
+    assert batch == find_trailing_partial_tool_batch(events)
+    if batch is not None:
+        assert batch.assistant in events
+        assert batch.assistant.data["stop_reason"] == "tool_use"
+        after = events[events.index(batch.assistant) + 1 :]
+        answered = [e.data.get("tool_call_id") for e in after if e.type == "tool_result" and isinstance(e.data, dict)]
+        assert any(not isinstance(c.get("id"), str) or c["id"] not in answered for c in batch.tool_calls)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    significant=st.lists(_SIGNIFICANT_EVENT, max_size=8),
+    bookkeeping=st.lists(st.tuples(st.integers(0, 8), _BOOKKEEPING_EVENT), max_size=6),
+)
+def test_bookkeeping_events_never_change_the_classification(significant: list, bookkeeping: list) -> None:
+    events = _events(significant)
+    mixed: list[Event] = list(events)
+    for position, (type_, data) in bookkeeping:
+        mixed.insert(min(position, len(mixed)), Event("s", 0, type_, data, 0))
+    state = classify_submission_state(events, context_window=WINDOW)
+    assert classify_submission_state(mixed, context_window=WINDOW) == state
+    assert find_trailing_partial_tool_batch(mixed) == find_trailing_partial_tool_batch(events)
+    assert count_consecutive_retryable_errors(mixed) == count_consecutive_retryable_errors(events)
