@@ -1,0 +1,248 @@
+"""The restart scan and close-policy recovery (DESIGN §7).
+
+``scan()`` is read-only and reads only the partial indexes of unfinished work (open turns,
+unresolved calls, running and queued submissions, indeterminate calls), so its cost grows with
+that work and not with the file (G7). ``recover()`` applies ``journal.recovery.plan`` to each
+session the scan names, one transaction per session, with results going through the same
+first-write-wins insert as live ones: running it twice, or from two processes at once, appends
+one repair (G8).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+
+from journal import log as _log
+from journal import recovery as _recovery
+from journal.errors import InvalidArgument
+from journal.model import Event, Phase
+from journal.recovery import Repair
+from journal.results import put_result_txn
+from journal.store import Database, Store
+from journal.turns import append_txn
+from journal.validate import encode
+
+
+@attrs.frozen
+class OwedCall:
+    """A tool call an open turn still owes a result for."""
+
+    call_id: str
+    name: str | None
+    requested_seq: int | None
+    dispatch_seq: int | None
+
+    @property
+    def dispatched(self) -> bool:
+        return self.dispatch_seq is not None
+
+
+@attrs.frozen
+class OpenTurn:
+    """A turn that started and never ended: after a restart, the crash signal."""
+
+    session_id: str
+    start_seq: int
+    turn: int | None
+    phase: Phase
+    attempt: int
+    submission_id: str | None
+    owed: tuple[OwedCall, ...]
+
+
+@attrs.frozen
+class PendingCall:
+    """A dispatched call without a result: it may have run."""
+
+    session_id: str
+    call_id: str
+    name: str | None
+    dispatch_seq: int
+    effect: str | None
+    idempotency_key: str | None
+    request_id: str | None
+
+
+@attrs.frozen
+class IndeterminateCall:
+    """An Unsafe call that may have run, awaiting an operator (G10)."""
+
+    session_id: str
+    call_id: str
+    name: str | None
+    dispatch_seq: int | None
+    result_seq: int | None
+    notification: dict[str, Any] | None = attrs.field(hash=False)
+
+
+@attrs.frozen
+class SubmissionInfo:
+    """A submission the scan reports: running with an expired or dead lease, or queued."""
+
+    id: str
+    session_id: str
+    state: str
+    attempt: int
+    max_attempts: int
+    lease_owner: str | None
+    lease_expires_ms: int | None
+    input_seq: int | None
+    reason: str  # why it is listed: "expired", "owner_dead", "queued"
+
+
+@attrs.frozen
+class ScanReport:
+    """Everything unfinished in the file."""
+
+    open_turns: tuple[OpenTurn, ...]
+    pending_calls: tuple[PendingCall, ...]
+    indeterminate: tuple[IndeterminateCall, ...]
+    stale_submissions: tuple[SubmissionInfo, ...] = ()
+    queued_submissions: tuple[SubmissionInfo, ...] = ()
+
+    @property
+    def clean(self) -> bool:
+        return not (self.open_turns or self.pending_calls or self.indeterminate or self.stale_submissions)
+
+    @property
+    def sessions(self) -> list[str]:
+        """The sessions with an open turn, in the order found."""
+        return list(dict.fromkeys(t.session_id for t in self.open_turns))
+
+    def to_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self, value_serializer=_serialize)
+
+
+def _serialize(_inst: Any, _field: Any, value: Any) -> Any:
+    return value.value if isinstance(value, Phase) else value
+
+
+@attrs.frozen
+class RecoveryResult:
+    """What ``recover`` appended to one session."""
+
+    session_id: str
+    appended: tuple[Event, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"session_id": self.session_id, "appended": [e.to_dict() for e in self.appended]}
+
+
+def open_turns_txn(db: Database) -> list[OpenTurn]:
+    turns = []
+    rows = list(
+        db.execute(
+            "SELECT session_id, start_seq, turn, phase, attempt, submission_id FROM turn_journal "
+            "WHERE end_seq IS NULL ORDER BY session_id, start_seq"
+        )
+    )
+    for session_id, start_seq, turn, phase, attempt, submission_id in rows:
+        owed = tuple(
+            OwedCall(*row)
+            for row in db.execute(
+                "SELECT call_id, name, requested_seq, dispatch_seq FROM tool_calls INDEXED BY tool_calls_owed "
+                "WHERE session_id = ? AND result_seq IS NULL "
+                "AND coalesce(requested_seq, dispatch_seq) >= ? ORDER BY coalesce(requested_seq, dispatch_seq), call_id",
+                (session_id, start_seq),
+            )
+        )
+        turns.append(OpenTurn(session_id, start_seq, turn, Phase(phase), attempt, submission_id, owed))
+    return turns
+
+
+def pending_calls_txn(db: Database) -> list[PendingCall]:
+    return [
+        PendingCall(*row)
+        for row in db.execute(
+            "SELECT session_id, call_id, name, dispatch_seq, effect, idempotency_key, request_id "
+            "FROM tool_calls WHERE state = 'dispatched' ORDER BY session_id, dispatch_seq"
+        )
+    ]
+
+
+def indeterminate_txn(db: Database) -> list[IndeterminateCall]:
+    out = []
+    for session_id, call_id, name, dispatch_seq, result_seq in list(
+        db.execute(
+            "SELECT session_id, call_id, name, dispatch_seq, result_seq FROM tool_calls "
+            "WHERE state = 'indeterminate' ORDER BY session_id, dispatch_seq"
+        )
+    ):
+        row = db.one(
+            "SELECT id, data, created_ms, acked_ms FROM notifications WHERE session_id = ? AND call_id = ?",
+            (session_id, call_id),
+        )
+        note = None if row is None else {"id": row[0], "data": json.loads(row[1]), "created_ms": row[2], "acked_ms": row[3]}
+        out.append(IndeterminateCall(session_id, call_id, name, dispatch_seq, result_seq, note))
+    return out
+
+
+class ScanMixin:
+    """``scan``, ``plan`` and close-policy ``recover`` on ``Journal``."""
+
+    _store: Store
+
+    def scan(self) -> ScanReport:
+        """A read-only report of all unfinished work (runs on a read-only journal too)."""
+        with self._store.read() as db:
+            stale, queued = self._scan_submissions_txn(db)
+            return ScanReport(
+                open_turns=tuple(open_turns_txn(db)),
+                pending_calls=tuple(pending_calls_txn(db)),
+                indeterminate=tuple(indeterminate_txn(db)),
+                stale_submissions=tuple(stale),
+                queued_submissions=tuple(queued),
+            )
+
+    def _scan_submissions_txn(self, db: Database) -> tuple[list[SubmissionInfo], list[SubmissionInfo]]:
+        """Hook for the submissions module."""
+        return [], []
+
+    def open_turns(self, session_id: str) -> list[Event]:
+        """The session's ``turn_start`` events that never got a ``turn_end``, innermost first."""
+        return _recovery.open_turns(self.events(session_id))  # type: ignore[attr-defined]
+
+    def interrupted(self, session_id: str) -> bool:
+        """Whether the session was left mid-turn (a crash to repair)."""
+        return bool(self.open_turns(session_id))
+
+    def plan(self, session_id: str) -> list[Repair]:
+        """What ``recover`` would append to the session, without appending it."""
+        return _recovery.plan(self.events(session_id))  # type: ignore[attr-defined]
+
+    def recover(self, session_id: str | None = None, *, policy: str = "close") -> list[RecoveryResult]:
+        """Close what a crash left open, by appending (never truncating).
+
+        With no ``session_id``, every session the scan names is recovered. Each session is one
+        transaction; the plan is computed inside it, so concurrent recoverers produce one repair.
+        """
+        if policy != "close":
+            raise InvalidArgument("policy", f'only "close" is a recovery policy (use reconcile() to resume), not {policy!r}')
+        if session_id is None:
+            targets = self.scan().sessions
+        else:
+            targets = [session_id]
+        return [self._recover_session(sid) for sid in targets]
+
+    def _recover_session(self, session_id: str) -> RecoveryResult:
+        time_ms = _log.now_ms()
+        with self._store.write("recover") as db:
+            appended = apply_plan_txn(db, session_id, time_ms)
+        return RecoveryResult(session_id, tuple(appended))
+
+
+def apply_plan_txn(db: Database, session_id: str, time_ms: int) -> list[Event]:
+    """Plan the session's repairs from its log, inside the caller's transaction, and append them."""
+    events = _log.read_events_txn(db, session_id)
+    appended: list[Event] = []
+    for repair in _recovery.plan(events):
+        if repair.type == "tool_result":
+            outcome = put_result_txn(db, session_id, repair.data["tool_call_id"], encode("tool_result", repair.data), time_ms)
+            if outcome.won:
+                appended.append(outcome.event)
+        else:
+            appended.append(append_txn(db, session_id, repair.type, repair.data, time_ms))
+    return appended
