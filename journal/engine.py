@@ -11,13 +11,14 @@ from journal.errors import InvalidArgument
 from journal.log import LogMixin
 from journal.results import ResultsMixin
 from journal.scan import ScanMixin
+from journal.transcript import TranscriptMixin
 from journal.turns import TurnsMixin
 from journal.model import Durability
 from journal.store import DEFAULT_BUSY_TIMEOUT_MS, Store
 from journal.validate import DEFAULT_MAX_EVENT_BYTES
 
 
-class Journal(ScanMixin, TurnsMixin, ResultsMixin, LogMixin):
+class Journal(TranscriptMixin, ScanMixin, TurnsMixin, ResultsMixin, LogMixin):
     """An open journal file. Use it as a context manager, or call ``close()``.
 
     One ``Journal`` may be shared by the threads of a process; each public write is one

@@ -291,3 +291,17 @@ class SchemaViolation(JournalError):
 
     def message(self) -> str:
         return f"the schema refused {self.operation}: {self.detail}"
+
+
+class InvalidRange(JournalError, ValueError):
+    """A compaction range that is reversed or outside the transcript's message positions."""
+
+    def __init__(self, start: object, stop: object, count: int) -> None:
+        super().__init__(start, stop, count)
+        self.start, self.stop, self.count = start, stop, count
+
+    def message(self) -> str:
+        return (
+            f"invalid message range {self.start!r}..{self.stop!r}: the transcript has {self.count} "
+            "messages (give 0 <= start <= stop < count)"
+        )

@@ -60,6 +60,10 @@ class Message:
     seq: int | None = None
     time_ms: int | None = None
 
+    def to_dict(self) -> dict[str, Any]:
+        """The message as plain JSON-ready data (``risk`` included for convenience)."""
+        return {**attrs.asdict(self), "risk": self.risk}
+
     @property
     def risk(self) -> str | None:
         """The ``risk`` a synthetic result carries in its metadata, else ``None``."""

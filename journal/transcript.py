@@ -1,0 +1,50 @@
+"""The messages view on ``Journal``: a session's transcript, its provider view, compaction.
+
+The folding itself is pure (``journal.view``); this module reads the log and appends the
+replacing event of a compaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from journal import log as _log
+from journal.errors import InvalidArgument, InvalidRange
+from journal.model import Event
+from journal.store import Store
+from journal.turns import append_txn
+from journal.view import Message, ProviderView, fold, provider_view
+
+_SUMMARY_TYPES = ("user_message", "system_message", "assistant_message")
+
+
+class TranscriptMixin:
+    """``messages``, ``provider_view`` and ``compact`` on ``Journal``."""
+
+    _store: Store
+
+    def messages(self, session_id: str) -> list[Message]:
+        """The transcript a model should see: surface events folded, compactions applied."""
+        return fold(self.events(session_id))  # type: ignore[attr-defined]
+
+    def provider_view(self, session_id: str) -> ProviderView:
+        """The transcript shaped for a provider request: each assistant's results right after it
+        in call order, aborted and errored answers left out, and ``missing`` naming every call
+        still without a result (run recovery first; nothing is invented)."""
+        return provider_view(self.events(session_id))  # type: ignore[attr-defined]
+
+    def compact(
+        self, session_id: str, start: int, stop: int, summary: Any, *, type: str = "user_message", **fields: Any
+    ) -> Event:
+        """Replace the messages at positions ``start..stop`` (inclusive) of the current
+        transcript with ``summary``, by appending one event; the log keeps everything."""
+        if type not in _SUMMARY_TYPES:
+            raise InvalidArgument("type", f"a summary is one of {_SUMMARY_TYPES}, not {type!r}")
+        time_ms = _log.now_ms()
+        with self._store.write("append") as db:
+            count = len(fold(_log.read_events_txn(db, session_id)))
+            valid = all(isinstance(x, int) and not isinstance(x, bool) for x in (start, stop))
+            if not valid or not 0 <= start <= stop < count:
+                raise InvalidRange(start, stop, count)
+            data = {"content": summary, **fields, "surface_op": ["replace", start, stop]}
+            return append_txn(db, session_id, type, data, time_ms)

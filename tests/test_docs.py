@@ -1,0 +1,36 @@
+"""The README's examples run, and its claims point at tests that exist."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def test_the_readme_python_examples_run(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
+    assert len(blocks) >= 2
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - our own documentation
+    assert (tmp_path / "agent.db").exists()
+
+
+@pytest.mark.parametrize("reference", sorted(set(re.findall(r"`(tests/test_\w+\.py)(?:::(test_\w+?)\*?)?`", README))))
+def test_every_test_the_readme_names_exists(reference: tuple[str, str]) -> None:
+    path, prefix = reference
+    text = (ROOT / path).read_text()
+    if prefix:
+        assert re.search(rf"def {prefix}", text), f"{path} has no test starting with {prefix}"
+
+
+def test_the_readme_gives_the_two_setup_commands() -> None:
+    assert "journal demo" in README
+    assert "python -m pytest" in README
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "python -m pytest" in ci and ".[test]" in ci
