@@ -115,12 +115,17 @@ CREATE TABLE submissions (
     lease_expires_ms INTEGER,
     input_seq        INTEGER,
     turn_start_seq   INTEGER,
+    -- Set by the reconciler when it starts a new attempt: how the next worker should resume.
+    resume_mode      TEXT CHECK (resume_mode IS NULL OR resume_mode IN (
+        'input_only', 'stream_continuation', 'tool_results', 'tool_results_partial',
+        'transient_retry', 'overflow', 'aborted_partial')),
     outcome          TEXT,
     CHECK ((state = 'running') = (lease_owner IS NOT NULL)),
     CHECK (attempt <= max_attempts)
 ) STRICT;
 
-CREATE INDEX submissions_queued ON submissions (session_id, created_ms) WHERE state = 'queued';
+-- A session's queue is in rowid (submission) order.
+CREATE INDEX submissions_queued ON submissions (session_id) WHERE state = 'queued';
 CREATE INDEX submissions_running ON submissions (lease_expires_ms) WHERE state = 'running';
 
 -- A durable outbox of operator notifications (indeterminate calls).

@@ -252,6 +252,49 @@ def recover(db: str, session: str | None, dry_run: bool, as_json: bool, as_nl: b
 
 @main.command()
 @db_option
+@click.option("--session", "session_id", default=None, help="Only this session's submissions.")
+@click.option("--state", type=click.Choice(["queued", "running", "completed", "failed"]), default=None)
+@output_options
+def submissions(db: str, session_id: str | None, state: str | None, as_json: bool, as_nl: bool) -> None:
+    """List submissions (the durable input queue), oldest first."""
+    with _open(db, readonly=True) as j:
+        found = j.submissions(session_id, state=state)
+    if as_json:
+        _emit_json({"submissions": [s.to_dict() for s in found]})
+    elif as_nl:
+        _emit_nl(s.to_dict() for s in found)
+    else:
+        for sub in found:
+            lease = f" lease {sub.lease_owner}" if sub.lease_owner else ""
+            outcome = f" ({sub.outcome})" if sub.outcome else ""
+            click.echo(f"{sub.id}  {sub.session_id}  {sub.state.value:<9} attempt {sub.attempt}/{sub.max_attempts}{lease}{outcome}")
+
+
+@main.command()
+@db_option
+@click.option("--dry-run", is_flag=True, help="Decide and show, then roll everything back.")
+@click.option("--context-window", type=int, default=200_000, show_default=True,
+              help="The model's context window, for overflow detection.")  # fmt: skip
+@output_options
+def reconcile(db: str, dry_run: bool, context_window: int, as_json: bool, as_nl: bool) -> None:
+    """Settle, fail, requeue or resume every submission whose lease expired or whose owner died."""
+    with _open(db) as j:
+        decisions = j.reconcile(dry_run=dry_run, context_window=context_window)
+    if as_json:
+        _emit_json({"dry_run": dry_run, "decisions": [d.to_dict() for d in decisions]})
+    elif as_nl:
+        _emit_nl(d.to_dict() for d in decisions)
+    elif not decisions:
+        click.echo("nothing to reconcile")
+    else:
+        for d in decisions:
+            mode = f" ({d.resume_mode.value})" if d.resume_mode else ""
+            reason = f": {d.reason}" if d.reason else ""
+            click.echo(f"{d.submission_id}  {d.action}{mode}{reason}  [{d.state}, {len(d.appended)} event(s)]")
+
+
+@main.command()
+@db_option
 @click.argument("session", required=False)
 @output_options
 def check(db: str, session: str | None, as_json: bool, as_nl: bool) -> None:

@@ -10,7 +10,9 @@ from journal.check import Disagreement, compare
 from journal.errors import InvalidArgument
 from journal.log import LogMixin
 from journal.results import ResultsMixin
+from journal.reconcile import ReconcileMixin
 from journal.scan import ScanMixin
+from journal.submissions import SubmissionsMixin
 from journal.transcript import TranscriptMixin
 from journal.turns import TurnsMixin
 from journal.model import Durability
@@ -18,7 +20,7 @@ from journal.store import DEFAULT_BUSY_TIMEOUT_MS, Store
 from journal.validate import DEFAULT_MAX_EVENT_BYTES
 
 
-class Journal(TranscriptMixin, ScanMixin, TurnsMixin, ResultsMixin, LogMixin):
+class Journal(ReconcileMixin, SubmissionsMixin, TranscriptMixin, ScanMixin, TurnsMixin, ResultsMixin, LogMixin):
     """An open journal file. Use it as a context manager, or call ``close()``.
 
     One ``Journal`` may be shared by the threads of a process; each public write is one

@@ -20,7 +20,7 @@ import attrs
 
 from journal.model import Event, EventType, Risk, TurnEndReason
 
-__all__ = ["Repair", "interrupted", "open_turns", "plan"]
+__all__ = ["Repair", "interrupted", "open_turns", "plan", "synthetic_result"]
 
 _log = logging.getLogger("journal.recovery")
 
@@ -187,18 +187,25 @@ def _risk(call: _Call, dispatched: set[str]) -> Risk:
 
 
 def _synthetic_result(call: _Call, risk: Risk) -> Repair:
-    data: dict[str, Any] = {"tool_call_id": call.id}
-    if call.name is not None:
-        data["name"] = call.name
-    data["content"] = _text(call, risk)
+    return synthetic_result(call.id, call.name, risk)
+
+
+def synthetic_result(call_id: str, name: str | None, risk: Risk, *, source: str = _SOURCE, **extra: Any) -> Repair:
+    """The ``tool_result`` that stands in for a call's lost result, saying honestly what is known.
+
+    ``extra`` goes into the metadata (the effect-class recovery marks ``indeterminate``)."""
+    data: dict[str, Any] = {"tool_call_id": call_id}
+    if name is not None:
+        data["name"] = name
+    data["content"] = _text(call_id, name, risk)
     data["is_error"] = True
-    data["metadata"] = {"synthetic": True, "risk": risk.value, "source": _SOURCE}
+    data["metadata"] = {"synthetic": True, "risk": risk.value, "source": source, **extra}
     return Repair(EventType.TOOL_RESULT.value, data)
 
 
-def _text(call: _Call, risk: Risk) -> str:
-    tool = f"tool {call.name!r}" if call.name is not None else "a tool of unknown name"
-    head = f"The call {call.id!r} to {tool} was interrupted by a crash and has no result."
+def _text(call_id: str, name: str | None, risk: Risk) -> str:
+    tool = f"tool {name!r}" if name is not None else "a tool of unknown name"
+    head = f"The call {call_id!r} to {tool} was interrupted by a crash and has no result."
     if risk is Risk.TOOL_NOT_STARTED:
         return (
             f"{head} It was never dispatched: it did not run and had no side effects. "

@@ -234,8 +234,12 @@ class TurnsMixin:
 
     def record_assistant(self, turn: Turn, content: Any, **fields: Any) -> Event:
         """Append the model's answer. With tool calls, the phase becomes
-        ``tool_request_recorded`` and the request is saved, in the same transaction."""
+        ``tool_request_recorded`` and the request is saved, in the same transaction.
+
+        ``stop_reason`` defaults to ``"tool_use"`` when there are tool calls, else ``"stop"``."""
         data = {"content": content, **{k: v for k, v in fields.items() if v is not None}}
+        # The classifier reads stop_reason; a caller that leaves it out gets the obvious one.
+        data.setdefault("stop_reason", "tool_use" if data.get("tool_calls") else "stop")
         text = encode("assistant_message", data)
         time_ms = _log.now_ms()
         with self._store.write("assistant") as db:

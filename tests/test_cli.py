@@ -124,3 +124,18 @@ def test_tail_prints_the_latest_events_as_json_lines(cli) -> None:
         cli("append", "s", "x.tick", json.dumps({"i": i}), "--create")
     lines = cli("tail", "s", "-n", "2", "--nl").output.strip().splitlines()
     assert [json.loads(line)["data"]["i"] for line in lines] == [3, 4]
+
+
+def test_submissions_and_reconcile(cli, db_path: Path) -> None:
+    with journal.open(db_path) as j:
+        s = j.create_session("s").id
+        j.submit(s, "user_message", {"content": "hi"})
+        claim = j.claim(owner="elsewhere:1:1", lease_ms=1)
+        claim.turn.step_start()
+    listed = json.loads(cli("submissions", "--json").output)["submissions"]
+    assert [(x["state"], x["attempt"]) for x in listed] == [("running", 1)]
+    planned = json.loads(cli("reconcile", "--dry-run", "--json").output)
+    assert planned["dry_run"] and planned["decisions"][0]["action"] == "new_attempt"
+    assert json.loads(cli("submissions", "--json").output)["submissions"][0]["state"] == "running"
+    assert "new_attempt (input_only)" in cli("reconcile").output
+    assert json.loads(cli("submissions", "--state", "queued", "--json").output)["submissions"][0]["attempt"] == 1

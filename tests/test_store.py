@@ -13,6 +13,7 @@ import pytest
 
 import journal
 from journal import store
+from journal.classify import ResumeMode
 
 
 def sha256(path: Path) -> str:
@@ -132,6 +133,7 @@ def _check_lists(sql: str, column: str) -> list[set[str]]:
         ("phase", journal.Phase),
         ("end_reason", journal.TurnEndReason),
         ("type", journal.EventType),
+        ("resume_mode", ResumeMode),
     ],
 )
 def test_schema_check_constraints_list_exactly_the_enums_values(column: str, vocabulary) -> None:
