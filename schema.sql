@@ -66,6 +66,8 @@ CREATE TABLE turn_journal (
     CHECK ((end_seq IS NULL) = (phase <> 'committed'))
 ) STRICT, WITHOUT ROWID;
 
+-- The triggers and the scan name this index (INDEXED BY): without statistics the planner would
+-- otherwise walk every turn of a session through the primary key.
 CREATE INDEX turn_journal_open ON turn_journal (session_id, start_seq) WHERE end_seq IS NULL;
 
 -- Where each tool call stands, derived from the log.
@@ -171,7 +173,7 @@ BEGIN
     VALUES (NEW.session_id, NEW.seq,
             CASE WHEN json_type(NEW.data, '$.turn') = 'integer' THEN NEW.data ->> '$.turn' END,
             'before_provider', NEW.seq, NEW.data ->> '$.submission_id',
-            (SELECT max(start_seq) FROM turn_journal
+            (SELECT max(start_seq) FROM turn_journal INDEXED BY turn_journal_open
               WHERE session_id = NEW.session_id AND end_seq IS NULL));
 END;
 
@@ -182,7 +184,7 @@ BEGIN
            end_reason = CASE WHEN NEW.data ->> '$.reason' IN ('complete', 'rejected', 'interrupted')
                              THEN NEW.data ->> '$.reason' END
      WHERE session_id = NEW.session_id
-       AND start_seq = (SELECT max(start_seq) FROM turn_journal
+       AND start_seq = (SELECT max(start_seq) FROM turn_journal INDEXED BY turn_journal_open
                          WHERE session_id = NEW.session_id AND end_seq IS NULL);
 END;
 
@@ -190,7 +192,7 @@ CREATE TRIGGER events_step_start AFTER INSERT ON events WHEN NEW.type = 'step_st
 BEGIN
     UPDATE turn_journal SET steps = steps + 1, step_open = 1, revision = revision + 1
      WHERE session_id = NEW.session_id
-       AND start_seq = (SELECT max(start_seq) FROM turn_journal
+       AND start_seq = (SELECT max(start_seq) FROM turn_journal INDEXED BY turn_journal_open
                          WHERE session_id = NEW.session_id AND end_seq IS NULL);
 END;
 
@@ -200,7 +202,7 @@ BEGIN
        SET step_open = 0, phase = 'before_provider', checkpoint_seq = NEW.seq,
            tool_request = NULL, stream_key = NULL, revision = revision + 1
      WHERE session_id = NEW.session_id
-       AND start_seq = (SELECT max(start_seq) FROM turn_journal
+       AND start_seq = (SELECT max(start_seq) FROM turn_journal INDEXED BY turn_journal_open
                          WHERE session_id = NEW.session_id AND end_seq IS NULL);
 END;
 
@@ -219,7 +221,7 @@ BEGIN
            checkpoint_seq = NEW.seq, revision = revision + 1
      WHERE json_array_length(NEW.data, '$.tool_calls') > 0
        AND session_id = NEW.session_id
-       AND start_seq = (SELECT max(start_seq) FROM turn_journal
+       AND start_seq = (SELECT max(start_seq) FROM turn_journal INDEXED BY turn_journal_open
                          WHERE session_id = NEW.session_id AND end_seq IS NULL);
 END;
 

@@ -126,7 +126,8 @@ def append_txn(db: Database, session_id: str, type_: str, data: dict[str, Any], 
 def open_turn_txn(db: Database, session_id: str) -> int | None:
     """The start seq of the session's innermost open turn, or ``None``."""
     return db.value(
-        "SELECT max(start_seq) FROM turn_journal WHERE session_id = ? AND end_seq IS NULL", (session_id,)
+        "SELECT max(start_seq) FROM turn_journal INDEXED BY turn_journal_open WHERE session_id = ? AND end_seq IS NULL",
+        (session_id,),
     )
 
 
