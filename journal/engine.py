@@ -8,6 +8,7 @@ from typing import Any
 from journal import log as _log
 from journal.check import Disagreement, compare
 from journal.errors import InvalidArgument
+from journal.groupcommit import GroupCommit
 from journal.log import LogMixin
 from journal.results import ResultsMixin
 from journal.reconcile import ReconcileMixin
@@ -30,6 +31,7 @@ class Journal(ReconcileMixin, SubmissionsMixin, TranscriptMixin, ScanMixin, Turn
     def __init__(self, store: Store, *, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         self._store = store
         self._max_event_bytes = max_event_bytes
+        self._appends = GroupCommit(store, "append")
 
     @property
     def path(self) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from journal import store as _store
+from journal.groupcommit import GroupCommit
 from journal.errors import (
     AlreadyDispatched,
     BoundaryOutOfRange,
@@ -173,6 +174,7 @@ class LogMixin:
 
     _store: Store
     _max_event_bytes: int
+    _appends: GroupCommit
 
     # -- sessions ------------------------------------------------------------------------------
 
@@ -211,7 +213,10 @@ class LogMixin:
     # -- appends -------------------------------------------------------------------------------
 
     def append(self, session_id: str, type: str, data: dict[str, Any]) -> Event:
-        """Append one event in one durable transaction and return it as stored."""
+        """Append one event durably and return it as stored.
+
+        Appends from several threads at once share commits (group commit): each is atomic and
+        durable when it returns, and the fsyncs are shared."""
         text = encode(type, data, max_bytes=self._max_event_bytes)
         time_ms = now_ms()
         written: list[int] = []
@@ -221,10 +226,13 @@ class LogMixin:
                 "SELECT data = ? FROM events WHERE session_id = ? AND seq = ?", (text, session_id, written[0])
             ) == 1
 
-        with self._store.write("append", present=present) as db:
+        def work(db: Database) -> int:
             seq = next_seq_txn(db, session_id)
             written.append(seq)
             insert_txn(db, session_id, seq, type, text, time_ms)
+            return seq
+
+        seq = self._appends.run(work, present=present)
         return Event(session_id, seq, type, json.loads(text), time_ms)
 
     def append_many(self, session_id: str, items: Iterable[tuple[str, dict[str, Any]]]) -> list[Event]:

@@ -1,0 +1,63 @@
+"""Many threads appending durably: no stall, no gap, no lost append (G1, G2, G4; DESIGN §11)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+import journal
+
+
+def _hammer(append, errors: list[BaseException], worker: int, n: int) -> None:
+    try:
+        for i in range(n):
+            append(worker, i)
+    except BaseException as exc:  # noqa: BLE001 - reported by the test
+        errors.append(exc)
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["one-journal", "a-journal-per-thread"])
+def test_g4_eight_threads_appending_durably_finish_with_contiguous_seqs(db_path: Path, shared: bool) -> None:
+    with journal.open(db_path) as setup:
+        setup.create_session("s")
+    handles = [journal.open(db_path)] if shared else [journal.open(db_path) for _ in range(8)]
+    errors: list[BaseException] = []
+    threads = [
+        threading.Thread(
+            target=_hammer,
+            args=(lambda w, i, j=handles[n % len(handles)]: j.append("s", "x.e", {"w": w, "i": i}), errors, n, 100),
+        )
+        for n in range(8)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "appending threads stalled"
+    for handle in handles:
+        handle.close()
+    assert errors == []
+    with journal.open(db_path) as j:
+        events = j.events("s")
+        assert [e.seq for e in events] == list(range(800))
+        for w in range(8):
+            assert [e.data["i"] for e in events if e.data["w"] == w] == list(range(100))
+
+
+def test_a_refused_append_in_a_shared_commit_fails_alone(db_path: Path) -> None:
+    with journal.open(db_path) as j:
+        j.create_session("s")
+        errors: list[BaseException] = []
+        good = [threading.Thread(target=_hammer, args=(lambda w, i: j.append("s", "x.e", {"w": w, "i": i}), errors, w, 50)) for w in range(4)]
+        bad_errors: list[BaseException] = []
+        bad = threading.Thread(target=_hammer, args=(lambda w, i: j.append("missing", "x.e", {}), bad_errors, 9, 50))
+        for t in [*good, bad]:
+            t.start()
+        for t in [*good, bad]:
+            t.join(timeout=120)
+        assert errors == []
+        assert len(bad_errors) == 1 and isinstance(bad_errors[0], journal.SessionNotFound)
+        assert [e.seq for e in j.events("s")] == list(range(200))
+        assert j.check() == []
