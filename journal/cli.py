@@ -401,3 +401,10 @@ def demo(db: str | None) -> None:
     from journal.demo import run_demo
 
     run_demo(db)
+
+
+# The operator path's commands live beside the effect classes; they reuse the options above.
+from journal.cli_effects import indeterminate, resolve  # noqa: E402
+
+main.add_command(indeterminate)
+main.add_command(resolve)

@@ -38,6 +38,7 @@ OPERATIONS = (
     "requeue",
     "reconcile",
     "effect_recovery",
+    "notify",
     "resolve",
 )
 POINTS = tuple(f"{op}.{when}" for op in OPERATIONS for when in ("before_commit", "after_commit"))

@@ -7,6 +7,7 @@ from typing import Any
 
 from journal import log as _log
 from journal.check import Disagreement, compare
+from journal.effects import EffectsMixin
 from journal.errors import InvalidArgument
 from journal.groupcommit import GroupCommit
 from journal.log import LogMixin
@@ -21,7 +22,7 @@ from journal.store import DEFAULT_BUSY_TIMEOUT_MS, Store
 from journal.validate import DEFAULT_MAX_EVENT_BYTES
 
 
-class Journal(ReconcileMixin, SubmissionsMixin, TranscriptMixin, ScanMixin, TurnsMixin, ResultsMixin, LogMixin):
+class Journal(EffectsMixin, ReconcileMixin, SubmissionsMixin, TranscriptMixin, ScanMixin, TurnsMixin, ResultsMixin, LogMixin):
     """An open journal file. Use it as a context manager, or call ``close()``.
 
     One ``Journal`` may be shared by the threads of a process; each public write is one

@@ -213,14 +213,26 @@ class ScanMixin:
         """What ``recover`` would append to the session, without appending it."""
         return _recovery.plan(self.events(session_id))  # type: ignore[attr-defined]
 
-    def recover(self, session_id: str | None = None, *, policy: str = "close") -> list[RecoveryResult]:
+    def recover(
+        self,
+        session_id: str | None = None,
+        *,
+        policy: str = "close",
+        registry: Any = None,
+        on_indeterminate: Any = None,
+    ) -> list[RecoveryResult]:
         """Close what a crash left open, by appending (never truncating).
 
-        With no ``session_id``, every session the scan names is recovered. Each session is one
-        transaction; the plan is computed inside it, so concurrent recoverers produce one repair.
+        With a tool ``registry``, effect-class recovery runs first (DESIGN §7(1)): idempotent
+        and queryable calls are finished for real, unsafe ones become indeterminate. Then the
+        close policy: with no ``session_id``, every session the scan names is recovered, each in
+        one transaction with the plan computed inside it, so concurrent recoverers produce one
+        repair.
         """
         if policy != "close":
             raise InvalidArgument("policy", f'only "close" is a recovery policy (use reconcile() to resume), not {policy!r}')
+        if registry is not None:
+            self.recover_effects(registry, session_id=session_id, on_indeterminate=on_indeterminate)  # type: ignore[attr-defined]
         if session_id is None:
             targets = self.scan().sessions
         else:
