@@ -14,6 +14,7 @@ from journal.effects import (
     ToolRegistry,
     Unsafe,
 )
+from journal.classify import ResumeMode
 from journal.engine import Journal, open
 from journal.errors import (
     AlreadyDispatched,
@@ -58,12 +59,23 @@ from journal.model import (
     TurnEndReason,
 )
 
+from journal.reconcile import Decision
+from journal.recovery import Repair
+from journal.results import Dispatch, PutResult
+from journal.scan import IndeterminateCall, OpenTurn, OwedCall, PendingCall, RecoveryResult, ScanReport
+from journal.submissions import Claim, Submission
+from journal.turns import Turn, TurnState
+from journal.view import Message, MissingResult, ProviderView
+
 __all__ = [
     "AlreadyDispatched",
     "BoundaryOutOfRange",
     "CallState",
+    "Claim",
     "CorruptJournal",
+    "Decision",
     "DiskFull",
+    "Dispatch",
     "Durability",
     "EffectAction",
     "EffectKind",
@@ -71,6 +83,7 @@ __all__ = [
     "Event",
     "EventType",
     "Idempotent",
+    "IndeterminateCall",
     "IndeterminateReason",
     "InvalidArgument",
     "InvalidBoundary",
@@ -83,17 +96,28 @@ __all__ = [
     "JournalIOError",
     "Landed",
     "LeaseLost",
+    "Message",
     "MissingEffectClass",
+    "MissingResult",
     "NeverArrived",
     "NoOpenTurn",
     "NotAJournal",
     "NotIndeterminate",
+    "OpenTurn",
     "OpenTurnError",
     "OperatorOutcome",
+    "OwedCall",
+    "PendingCall",
     "Phase",
+    "ProviderView",
+    "PutResult",
     "Queryable",
+    "RecoveryResult",
+    "Repair",
     "ResultExists",
+    "ResumeMode",
     "Risk",
+    "ScanReport",
     "SchemaTooNew",
     "SchemaViolation",
     "Session",
@@ -101,12 +125,15 @@ __all__ = [
     "SessionNotFound",
     "StepOutcome",
     "StopReason",
+    "Submission",
     "SubmissionNotFound",
     "SubmissionState",
     "Tool",
     "ToolContext",
     "ToolRegistry",
+    "Turn",
     "TurnEndReason",
+    "TurnState",
     "UnknownToolCall",
     "UnregisteredTool",
     "Unsafe",
