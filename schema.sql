@@ -14,6 +14,9 @@ CREATE TABLE sessions (
     created_ms  INTEGER NOT NULL,
     -- Set (in the same transaction as the deletes) only by purge: the one exception to G3.
     purged_ms   INTEGER,
+    -- Set only inside purge's transaction while a fork is given its own copy of the events it
+    -- read through the purged session: seqs below it are being filled in, in order.
+    copy_until  INTEGER,
     CHECK (parent_id IS NOT NULL OR seed_length = 0)
 ) STRICT;
 
@@ -159,13 +162,15 @@ END;
 -- G4: seq is contiguous from the session's seed length.
 CREATE TRIGGER events_seq_contiguous BEFORE INSERT ON events
 WHEN NEW.seq IS NOT coalesce(
-    (SELECT max(seq) + 1 FROM events WHERE session_id = NEW.session_id),
+    (SELECT max(seq) + 1 FROM events WHERE session_id = NEW.session_id
+        AND seq < coalesce((SELECT copy_until FROM sessions WHERE id = NEW.session_id), 9223372036854775807)),
     (SELECT seed_length FROM sessions WHERE id = NEW.session_id))
 BEGIN
     SELECT RAISE(ABORT, 'journal: seq must continue the session contiguously');
 END;
 
--- Derived state follows the log.
+-- Derived state follows the log. A turn_end (step, request) applies to the innermost turn open
+-- before it; "before it" matters only while purge copies a prefix under a fork's own events.
 CREATE TRIGGER events_turn_start AFTER INSERT ON events WHEN NEW.type = 'turn_start'
 BEGIN
     INSERT INTO turn_journal (session_id, start_seq, turn, phase, checkpoint_seq, submission_id,
@@ -174,7 +179,7 @@ BEGIN
             CASE WHEN json_type(NEW.data, '$.turn') = 'integer' THEN NEW.data ->> '$.turn' END,
             'before_provider', NEW.seq, NEW.data ->> '$.submission_id',
             (SELECT max(start_seq) FROM turn_journal INDEXED BY turn_journal_open
-              WHERE session_id = NEW.session_id AND end_seq IS NULL));
+              WHERE session_id = NEW.session_id AND end_seq IS NULL AND start_seq < NEW.seq));
 END;
 
 CREATE TRIGGER events_turn_end AFTER INSERT ON events WHEN NEW.type = 'turn_end'
@@ -185,7 +190,7 @@ BEGIN
                              THEN NEW.data ->> '$.reason' END
      WHERE session_id = NEW.session_id
        AND start_seq = (SELECT max(start_seq) FROM turn_journal INDEXED BY turn_journal_open
-                         WHERE session_id = NEW.session_id AND end_seq IS NULL);
+                         WHERE session_id = NEW.session_id AND end_seq IS NULL AND start_seq < NEW.seq);
 END;
 
 CREATE TRIGGER events_step_start AFTER INSERT ON events WHEN NEW.type = 'step_start'
@@ -193,7 +198,7 @@ BEGIN
     UPDATE turn_journal SET steps = steps + 1, step_open = 1, revision = revision + 1
      WHERE session_id = NEW.session_id
        AND start_seq = (SELECT max(start_seq) FROM turn_journal INDEXED BY turn_journal_open
-                         WHERE session_id = NEW.session_id AND end_seq IS NULL);
+                         WHERE session_id = NEW.session_id AND end_seq IS NULL AND start_seq < NEW.seq);
 END;
 
 CREATE TRIGGER events_step_end AFTER INSERT ON events WHEN NEW.type = 'step_end'
@@ -203,7 +208,7 @@ BEGIN
            tool_request = NULL, stream_key = NULL, revision = revision + 1
      WHERE session_id = NEW.session_id
        AND start_seq = (SELECT max(start_seq) FROM turn_journal INDEXED BY turn_journal_open
-                         WHERE session_id = NEW.session_id AND end_seq IS NULL);
+                         WHERE session_id = NEW.session_id AND end_seq IS NULL AND start_seq < NEW.seq);
 END;
 
 CREATE TRIGGER events_tool_request AFTER INSERT ON events
@@ -222,7 +227,7 @@ BEGIN
      WHERE json_array_length(NEW.data, '$.tool_calls') > 0
        AND session_id = NEW.session_id
        AND start_seq = (SELECT max(start_seq) FROM turn_journal INDEXED BY turn_journal_open
-                         WHERE session_id = NEW.session_id AND end_seq IS NULL);
+                         WHERE session_id = NEW.session_id AND end_seq IS NULL AND start_seq < NEW.seq);
 END;
 
 CREATE TRIGGER events_dispatch AFTER INSERT ON events WHEN NEW.type = 'tool_call'

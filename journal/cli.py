@@ -370,6 +370,21 @@ def import_(db: str, source: Any) -> None:
 
 @main.command()
 @db_option
+@click.argument("session")
+@click.option("--copy-forks", is_flag=True, help="Give forks that read through it their own copy first.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def purge(db: str, session: str, copy_forks: bool, yes: bool) -> None:
+    """Erase a session and everything derived from it (the one exception to append-only)."""
+    if not yes:
+        click.confirm(f"Erase session {session} and all its events for good?", abort=True, err=True)
+    with _open(db) as j:
+        result = j.purge(session, copy_forks=copy_forks)
+    copied = f"; forks given their own copy: {', '.join(result.forks_copied)}" if result.forks_copied else ""
+    click.echo(f"purged {result.session_id}: {result.events_deleted} event(s){copied}")
+
+
+@main.command()
+@db_option
 @output_options
 def stats(db: str, as_json: bool, as_nl: bool) -> None:
     """Counts: sessions, events, open turns, unresolved calls, file size."""

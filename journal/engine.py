@@ -12,6 +12,7 @@ from journal.errors import InvalidArgument
 from journal.groupcommit import GroupCommit
 from journal.log import LogMixin
 from journal.results import ResultsMixin
+from journal.purge import PurgeMixin
 from journal.reconcile import ReconcileMixin
 from journal.scan import ScanMixin
 from journal.submissions import SubmissionsMixin
@@ -22,7 +23,7 @@ from journal.store import DEFAULT_BUSY_TIMEOUT_MS, Store
 from journal.validate import DEFAULT_MAX_EVENT_BYTES
 
 
-class Journal(EffectsMixin, ReconcileMixin, SubmissionsMixin, TranscriptMixin, ScanMixin, TurnsMixin, ResultsMixin, LogMixin):
+class Journal(PurgeMixin, EffectsMixin, ReconcileMixin, SubmissionsMixin, TranscriptMixin, ScanMixin, TurnsMixin, ResultsMixin, LogMixin):
     """An open journal file. Use it as a context manager, or call ``close()``.
 
     One ``Journal`` may be shared by the threads of a process; each public write is one

@@ -305,3 +305,18 @@ class InvalidRange(JournalError, ValueError):
             f"invalid message range {self.start!r}..{self.stop!r}: the transcript has {self.count} "
             "messages (give 0 <= start <= stop < count)"
         )
+
+
+class SessionHasForks(JournalError):
+    """A purge of a session that forks still read through (ask for ``copy_forks=True``)."""
+
+    def __init__(self, session_id: str, fork_ids: tuple[str, ...]) -> None:
+        super().__init__(session_id, tuple(fork_ids))
+        self.session_id, self.fork_ids = session_id, tuple(fork_ids)
+
+    def message(self) -> str:
+        forks = ", ".join(repr(f) for f in self.fork_ids)
+        return (
+            f"session {self.session_id!r} is read through by its forks {forks}; purge it with "
+            "copy_forks=True to give them their own copy first"
+        )

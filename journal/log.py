@@ -65,7 +65,7 @@ def chain_txn(db: Database, session_id: str) -> list[Segment]:
     segments: list[Segment] = []
     hi: float = float("inf")
     current: str | None = session_id
-    while current is not None:
+    while current is not None and hi > 0:
         row = db.one("SELECT parent_id, seed_length FROM sessions WHERE id = ? AND purged_ms IS NULL", (current,))
         if row is None:
             raise SessionNotFound(current)
@@ -134,7 +134,16 @@ def requested_seq_txn(db: Database, session_id: str, call_id: str) -> int | None
 
 def read_events_txn(db: Database, session_id: str, since: int = 0, until: float = float("inf")) -> list[Event]:
     """Events with ``since <= seq < until``, read through the fork chain."""
-    out: list[Event] = []
+    return [
+        Event(session_id, seq, type_, json.loads(data), t) for seq, type_, data, t in read_rows_txn(db, session_id, since, until)
+    ]
+
+
+def read_rows_txn(
+    db: Database, session_id: str, since: int = 0, until: float = float("inf")
+) -> list[tuple[int, str, str, int]]:
+    """The stored rows ``(seq, type, data text, time_ms)`` with ``since <= seq < until``."""
+    out: list[tuple[int, str, str, int]] = []
     for owner, lo, hi in reversed(chain_txn(db, session_id)):
         start, stop = max(lo, since), min(hi, until)
         if start >= stop:
@@ -149,7 +158,7 @@ def read_events_txn(db: Database, session_id: str, since: int = 0, until: float 
                 "SELECT seq, type, data, time_ms FROM events WHERE session_id = ? AND seq >= ? AND seq < ? ORDER BY seq",
                 (owner, start, int(stop)),
             )
-        out.extend(Event(session_id, seq, type_, json.loads(data), t) for seq, type_, data, t in rows)
+        out.extend(rows)
     return out
 
 

@@ -139,3 +139,13 @@ def test_submissions_and_reconcile(cli, db_path: Path) -> None:
     assert json.loads(cli("submissions", "--json").output)["submissions"][0]["state"] == "running"
     assert "new_attempt (input_only)" in cli("reconcile").output
     assert json.loads(cli("submissions", "--state", "queued", "--json").output)["submissions"][0]["attempt"] == 1
+
+
+def test_purge_asks_first_and_refuses_a_session_forks_read_through(cli) -> None:
+    cli("append", "s", "user_message", '{"content": "secret"}', "--create")
+    cli("fork", "s", "--id", "f")
+    assert cli("purge", "s", ok=False, input="n\n").exit_code == 1
+    refused = cli("purge", "s", "--yes", ok=False)
+    assert refused.exit_code == 1 and "copy_forks" in refused.output
+    assert "forks given their own copy: f" in cli("purge", "s", "--yes", "--copy-forks").output
+    assert [s["id"] for s in json.loads(cli("sessions", "--json").output)["sessions"]] == ["f"]
