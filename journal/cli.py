@@ -423,3 +423,7 @@ from journal.cli_effects import indeterminate, resolve  # noqa: E402
 
 main.add_command(indeterminate)
 main.add_command(resolve)
+
+from journal.torture import torture  # noqa: E402
+
+main.add_command(torture)

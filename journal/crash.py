@@ -16,6 +16,7 @@ import signal
 
 # The operations whose commits are crash points (DESIGN §9). Each gives two points.
 OPERATIONS = (
+    "create_schema",
     "create_session",
     "append",
     "append_many",
@@ -33,13 +34,13 @@ OPERATIONS = (
     "submit",
     "claim",
     "renew",
-    "complete",
     "fail",
     "requeue",
     "reconcile",
     "effect_recovery",
     "notify",
     "resolve",
+    "purge",
 )
 POINTS = tuple(f"{op}.{when}" for op in OPERATIONS for when in ("before_commit", "after_commit"))
 # Points around a tool's side effect, reached by tools that call ``reached`` (as the workload of

@@ -8,7 +8,7 @@ from typing import Any
 from journal import log as _log
 from journal.check import Disagreement, compare
 from journal.effects import EffectsMixin
-from journal.errors import InvalidArgument
+from journal.errors import InvalidArgument, JournalError
 from journal.groupcommit import GroupCommit
 from journal.log import LogMixin
 from journal.results import ResultsMixin
@@ -88,8 +88,14 @@ class Journal(PurgeMixin, EffectsMixin, ReconcileMixin, SubmissionsMixin, Transc
     def __enter__(self) -> Journal:
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except JournalError:
+            pass  # the error already on its way out says more than a failed close after it
 
     def __repr__(self) -> str:
         state = "closed" if self._store.closed else self.durability.value

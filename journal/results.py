@@ -120,6 +120,9 @@ class ResultsMixin:
     ) -> Dispatch:
         """Record that a requested tool call is handed to its executor, durably, before it runs.
 
+        The commit is synced to disk even under ``durability="normal"`` (one fsync per tool
+        call): a power cut never takes the record of a dispatch whose tool then ran.
+
         The ``tool_call`` event carries the call's name and recorded arguments. Dispatching a
         call twice raises ``AlreadyDispatched`` (a call never runs twice); a call that already
         has a result raises ``ResultExists``; a call no assistant message requested raises
@@ -127,7 +130,9 @@ class ResultsMixin:
         ``.result(...)`` inside it.
         """
         time_ms = _log.now_ms()
-        with self._store.write("dispatch") as db:
+        # Synced even under durability="normal": the tool runs next, and a power cut must not
+        # take the record of a dispatch whose side effect stays (G6).
+        with self._store.write("dispatch", synced=True) as db:
             call = requested_call_txn(db, session_id, call_id)
             requested_seq = _log.requested_seq_txn(db, session_id, call_id)
             assert requested_seq is not None

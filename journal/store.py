@@ -67,6 +67,14 @@ def _translate(exc: apsw.Error, operation: str, *, outcome: str) -> JournalError
     return JournalIOError(operation, outcome, f"{type(exc).__name__}: {exc}")
 
 
+def _close_quietly(conn: apsw.Connection) -> None:
+    """Close a connection whose disk may be failing (apsw closes it even when close raises)."""
+    try:
+        conn.close()
+    except apsw.Error:
+        pass
+
+
 class Database:
     """A cursor-like handle given to the body of a read or a write."""
 
@@ -124,8 +132,12 @@ class Store:
         try:
             self._configure(checkpoint_pages)
             self._prepare_schema()
-        except BaseException:
-            self._conn.close()
+        except BaseException as exc:
+            _close_quietly(self._conn)
+            if isinstance(exc, apsw.Error):
+                # A pragma or a read of the header failed on the disk: a typed error, never a
+                # driver one (the schema's own transaction is translated by write()).
+                raise _translate(exc, "open", outcome="absent") from exc
             raise
 
     # -- opening -------------------------------------------------------------------------------
@@ -135,7 +147,10 @@ class Store:
         if exists:
             with open(self.path, "rb") as f:
                 header = f.read(len(SQLITE_HEADER))
-            if header != SQLITE_HEADER:
+            # A power cut while a new file was being created can leave its first sector unwritten
+            # beside a hot rollback journal: SQLite rolls that back on open, so let it.
+            torn_new_file = header == bytes(len(header)) and os.path.exists(self.path + "-journal")
+            if header != SQLITE_HEADER and not torn_new_file:
                 raise NotAJournal(self.path, "not an SQLite database")
         elif self.readonly:
             raise NotAJournal(self.path, "no such journal (a read-only open never creates one)")
@@ -190,7 +205,7 @@ class Store:
             return
         if self.readonly:
             raise NotAJournal(self.path, "an empty database (open it writable once to create it)")
-        with self.write("create schema") as db:
+        with self.write("create_schema") as db:
             # Re-read inside the write lock: another process may have created it meanwhile.
             version = db.value("PRAGMA user_version")
             if version == SCHEMA_VERSION:
@@ -207,21 +222,29 @@ class Store:
 
     @contextlib.contextmanager
     def write(
-        self, operation: str, *, present: Callable[[Database], bool] | None = None
+        self, operation: str, *, present: Callable[[Database], bool] | None = None, synced: bool = False
     ) -> Iterator[Database]:
         """One ``BEGIN IMMEDIATE`` transaction, committed when the body returns.
 
         If the body raises, the transaction is rolled back and the error propagates (a driver
         error translated, with outcome ``absent``). If COMMIT itself raises, the outcome is
         unknown (DESIGN §4); ``present`` may re-read to say the write is there after all.
+        ``synced`` makes this commit survive power loss even under ``durability="normal"`` (the
+        dispatch barrier needs it: a tool must never run on a record a power cut can take).
         """
         with self._lock:
             conn = self._checked()
             if self._in_txn:
                 raise RuntimeError("journal: nested write transaction (use a *_txn helper)")
+            # SQLite fixes a commit's safety level outside the transaction only.
+            upgrade = synced and self.durability is not Durability.FULL
             try:
+                if upgrade:
+                    conn.pragma("synchronous", "FULL")
                 conn.execute("BEGIN IMMEDIATE")
             except apsw.Error as exc:
+                if upgrade:
+                    self._restore_synchronous()
                 raise _translate(exc, operation, outcome="absent") from exc
             self._in_txn = True
             db = Database(conn)
@@ -242,6 +265,14 @@ class Store:
                 raise _translate(exc, operation, outcome="absent") from exc
             finally:
                 self._in_txn = False
+                if upgrade:
+                    self._restore_synchronous()
+
+    def _restore_synchronous(self) -> None:
+        try:
+            self._conn.pragma("synchronous", "NORMAL")
+        except apsw.Error:
+            pass  # a failing disk; the next open sets it again
 
     def _commit_failed(
         self, exc: apsw.Error, operation: str, present: Callable[[Database], bool] | None
@@ -306,12 +337,16 @@ class Store:
                 raise _translate(exc, "checkpoint", outcome="unknown") from exc
 
     def close(self) -> None:
+        """Close the connection. It is closed even if this raises: SQLite's closing checkpoint
+        failed on the disk (``JournalIOError``, outcome ``present``: what was committed stays in
+        the WAL, and the next open replays it)."""
         with self._lock:
             if self._conn is not None:
+                conn, self._conn = self._conn, None  # type: ignore[assignment]
                 try:
-                    self._conn.close()
-                finally:
-                    self._conn = None  # type: ignore[assignment]
+                    conn.close()
+                except apsw.Error as exc:
+                    raise _translate(exc, "close", outcome="present") from exc
 
     @property
     def closed(self) -> bool:

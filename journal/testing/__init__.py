@@ -2,7 +2,24 @@
 a scripted agent workload, the kill harness and the fault-injecting VFS (DESIGN §9)."""
 
 from journal.crash import POINTS as CRASH_POINTS
+from journal.crash import TOOL_POINTS
 from journal.crash import arm, die, disarm, reached
+from journal.testing.faultvfs import FaultVFS
+from journal.testing.harness import WORKLOAD, CommitWitness, Harness, Verdict, judge
 from journal.testing.ledger import Ledger
 
-__all__ = ["CRASH_POINTS", "Ledger", "arm", "die", "disarm", "reached"]
+__all__ = [
+    "CRASH_POINTS",
+    "TOOL_POINTS",
+    "WORKLOAD",
+    "CommitWitness",
+    "FaultVFS",
+    "Harness",
+    "Ledger",
+    "Verdict",
+    "arm",
+    "die",
+    "disarm",
+    "judge",
+    "reached",
+]

@@ -1,0 +1,614 @@
+"""``journal torture``: a crash campaign whose verdict should be a table of zeros (DESIGN §9).
+
+Every trial runs the campaign's agent (``agent_workload``: the scripted session of
+``journal.testing.workload``, then a fork that redoes a turn differently, then a batch append),
+stops it by one fault, restarts as an agent would (open, scan, recover, recover again, resume to
+completion) and judges the file against the commit witness and the side-effect ledger
+(``journal.testing.harness.judge``). The fault kinds:
+
+- ``kill_at_point``: SIGKILL at a crash point, cycling through every (point, occurrence) that a
+  clean run reaches (each point at least once before any repeats);
+- ``kill_at_random``: SIGKILL after a random delay within the run;
+- ``kill_in_recovery``: a kill that leaves a turn open, then the recovery itself killed at
+  ``recover.before_commit`` or ``recover.after_commit``;
+- ``power_loss`` / ``torn_power_loss``: the fault VFS cuts the power at a random write or sync
+  index (torn: a random subset of the unsynced sectors reaches the disk);
+- ``io_error``: a transient or persistent I/O error at a random write or sync index, then the
+  process closes, crashes, or heals and carries on with the same handle;
+- ``disk_full``: the disk fills after a random number of bytes.
+
+Kill trials run the agent in a child process (about 0.2 s each); storage-fault trials run it in
+the worker process through the fault VFS. Trials run on ``--jobs`` worker processes, started
+with ``spawn``: a script that calls ``campaign()`` must do so under ``if __name__ ==
+"__main__":``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import multiprocessing
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import click
+
+from journal import crash
+from journal.engine import Journal
+from journal.engine import open as open_journal
+from journal.errors import CorruptJournal, DiskFull, JournalError, JournalIOError, SessionNotFound
+from journal.testing import workload as _scripted
+from journal.testing.faultvfs import FaultVFS
+from journal.testing.harness import CommitWitness, Harness, Verdict, judge
+from journal.testing.ledger import Ledger
+
+SESSION = "agent"
+AGENT_WORKLOAD = "journal.torture:agent_workload"
+FORK_SUFFIX = ".retry"
+FORK_TURN: dict[str, Any] = {
+    "user": "Actually, do not delete anything: email me the list instead.",
+    "steps": [
+        [{"id": "f1-mail", "name": "send_email", "arguments": {"to": "me@example.com", "subject": "files"}}],
+        "Sent you the list.",
+    ],
+}
+KINDS = ("kill_at_point", "kill_at_random", "kill_in_recovery", "power_loss", "torn_power_loss", "io_error", "disk_full")
+KILL_KINDS = frozenset(KINDS[:3])
+POWER_KINDS = frozenset(("power_loss", "torn_power_loss"))
+WEIGHTS = {
+    "kill_at_point": 0.42,
+    "kill_at_random": 0.18,
+    "kill_in_recovery": 0.10,
+    "power_loss": 0.10,
+    "torn_power_loss": 0.10,
+    "io_error": 0.07,
+    "disk_full": 0.03,
+}
+RECOVERY_POINTS = ("recover.before_commit", "recover.after_commit")
+CHECKPOINT_CHOICES = (None, 8, 64)
+# Operations whose commit appends at least one event: a wrong outcome shows in the event count.
+_EVENT_WRITERS = frozenset(
+    ("append", "append_many", "fork", "turn_start", "step_start", "assistant", "dispatch", "put_result", "step_end",
+     "turn_end", "recover")
+)
+# The counters that must be zero; their order is the table's.
+FAILURES = (
+    ("committed_events_lost", "committed events lost"),
+    ("integrity_failures", "integrity failures"),
+    ("check_disagreements", "derived-state disagreements (check)"),
+    ("non_idempotent_recoveries", "non-idempotent recoveries"),
+    ("tool_calls_answered_twice", "tool calls answered twice"),
+    ("side_effects_repeated", "side effects repeated"),
+    ("side_effects_without_dispatch", "side effects without a durable dispatch"),
+    ("side_effects_denied", "side effects recovery said did not run"),
+    ("left_unfinished", "work left unfinished after recovery"),
+    ("reopen_failures", "files that could not be reopened"),
+    ("resume_failures", "resumed runs that failed"),
+    ("untyped_errors", "untyped errors (not JournalError)"),
+    ("wrong_outcomes", "JournalIOError outcomes contradicted"),
+    ("harness_errors", "harness errors"),
+)
+
+
+def agent_workload(journal: Journal, session_id: str, ledger: Ledger) -> None:
+    """The campaign's agent: the scripted session, a fork that redoes turn 1's request another
+    way (a desktop's "edit and regenerate"), and a summary written as one batch. Resumable:
+    every part is skipped when the log shows it was done."""
+    _scripted.run(journal, session_id, ledger)
+    fork_id = session_id + FORK_SUFFIX
+    try:
+        journal.session(fork_id)
+    except SessionNotFound:
+        first_end = next(e.seq for e in journal.events(session_id) if e.type == "turn_end")
+        journal.fork(session_id, first_end, id=fork_id)
+    _scripted.run(journal, fork_id, ledger, script=[_scripted.SCRIPT[0], FORK_TURN])
+    if not any(e.type == "x.archived" for e in journal.events(session_id)):
+        journal.append_many(
+            session_id,
+            [("x.summary", {"turns": len(_scripted.SCRIPT), "fork": fork_id}), ("x.archived", {"by": "agent"})],
+        )
+
+
+# -- the profile of a clean run -------------------------------------------------------------------
+
+
+@attrs.frozen
+class Profile:
+    """What a clean run of the agent looks like, measured once per campaign."""
+
+    durability: str
+    trace: tuple[tuple[str, int], ...]
+    """Every crash point reached, as (point, occurrence), in order."""
+    open_turn: tuple[tuple[str, int], ...]
+    """The (point, occurrence) pairs where a kill leaves a turn open."""
+    expected: dict[str, list[Any]]
+    """Per session, the clean log as [type, data] pairs."""
+    duration_s: float
+    io: dict[str, dict[str, int]]
+    """Per checkpoint setting (its str), the writes, syncs and bytes a run through the fault VFS makes."""
+
+    @property
+    def points(self) -> list[str]:
+        return list(dict.fromkeys(p for p, _ in self.trace))
+
+
+def profile(durability: str, directory: Path) -> Profile:
+    """Run the agent once in this process, cleanly, and measure it."""
+    path, ledger = directory / "trace.db", Ledger(directory / "trace.ledger")
+    with open_journal(path, durability=durability) as j:
+        witness = CommitWitness(j)
+        started = time.perf_counter()
+        with witness.install():
+            j.create_session(SESSION)
+            agent_workload(j, SESSION, ledger)
+        duration = time.perf_counter() - started
+        expected = {s.id: [[e.type, e.data] for e in j.events(s.id)] for s in j.sessions()}
+    seen: Counter[str] = Counter()
+    trace, open_turn, turn_open = [], [], False
+    for name in witness.points:
+        seen[name] += 1
+        turn_open = {"turn_start.after_commit": True, "turn_end.after_commit": False}.get(name, turn_open)
+        trace.append((name, seen[name]))
+        if turn_open:
+            open_turn.append((name, seen[name]))
+    io = {}
+    for pages in CHECKPOINT_CHOICES:
+        io[str(pages)] = _count_io(directory / f"io-{pages}", durability, pages)
+    return Profile(durability, tuple(trace), tuple(open_turn), expected, duration, io)
+
+
+def _count_io(directory: Path, durability: str, pages: int | None) -> dict[str, int]:
+    directory.mkdir()
+    path = directory / "journal.db"
+    with FaultVFS(f"torture-count-{os.getpid()}-{pages}-{time.monotonic_ns()}") as fvs:
+        j = open_journal(path, durability=durability, vfs=fvs.name, checkpoint_pages=pages)
+        try:
+            j.create_session(SESSION)
+            agent_workload(j, SESSION, Ledger(directory / "ledger"))
+            counts = {"writes": fvs.writes, "syncs": fvs.syncs}
+            counts["bytes"] = sum(os.path.getsize(p) for p in (path, Path(f"{path}-wal")) if p.exists())
+        finally:
+            j.close()
+    return counts
+
+
+# -- planning -------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Trial:
+    """One trial of the campaign: its kind and the parameters drawn for it."""
+
+    index: int
+    kind: str
+    durability: str
+    seed: int
+    point: str | None = None
+    delay_s: float | None = None
+    recovery_point: str | None = None
+    op: str | None = None
+    at: int | None = None
+    persistent: bool = False
+    then: str | None = None
+    after_bytes: int | None = None
+    checkpoint_pages: int | None = None
+
+    def describe(self) -> str:
+        if self.kind == "kill_at_point":
+            return f"kill at {self.point}"
+        if self.kind == "kill_at_random":
+            return f"kill after {self.delay_s:.4f} s"
+        if self.kind == "kill_in_recovery":
+            return f"kill at {self.point}, then recovery killed at {self.recovery_point}"
+        pages = f", checkpoint_pages={self.checkpoint_pages}"
+        if self.kind in POWER_KINDS:
+            return f"{self.kind.replace('_', ' ')} at {self.op} {self.at} (seed {self.seed}{pages})"
+        if self.kind == "io_error":
+            how = "persistent" if self.persistent else "transient"
+            return f"{how} I/O error at {self.op} {self.at}, then {self.then}{pages}"
+        return f"disk full after {self.after_bytes} bytes, then {self.then}{pages}"
+
+
+def allocate(trials: int) -> dict[str, int]:
+    """How many trials of each kind (``WEIGHTS``, largest remainder; every kind once if possible)."""
+    raw = {kind: WEIGHTS[kind] * trials for kind in KINDS}
+    counts = {kind: int(value) for kind, value in raw.items()}
+    for kind in sorted(KINDS, key=lambda k: raw[k] - counts[k], reverse=True)[: trials - sum(counts.values())]:
+        counts[kind] += 1
+    if trials >= len(KINDS):
+        for kind in KINDS:
+            if counts[kind] == 0:
+                donor = max(counts, key=counts.__getitem__)
+                counts[donor] -= 1
+                counts[kind] += 1
+    return counts
+
+
+def plan(trials: int, seed: int, prof: Profile) -> list[Trial]:
+    """The campaign's trials, drawn deterministically from ``seed``."""
+    rng = random.Random(seed)
+    counts = allocate(trials)
+    out: list[Trial] = []
+
+    def add(kind: str, **fields: Any) -> None:
+        out.append(Trial(len(out), kind, prof.durability, rng.randrange(2**31), **fields))
+
+    for name, n in _point_cycle(prof, counts["kill_at_point"], rng):
+        add("kill_at_point", point=f"{name}:{n}")
+    for _ in range(counts["kill_at_random"]):
+        add("kill_at_random", delay_s=round(rng.uniform(0, 1.25 * prof.duration_s), 5))
+    for k in range(counts["kill_in_recovery"]):
+        name, n = rng.choice(prof.open_turn)
+        add("kill_in_recovery", point=f"{name}:{n}", recovery_point=RECOVERY_POINTS[k % 2])
+    for kind in ("power_loss", "torn_power_loss", "io_error"):
+        for _ in range(counts[kind]):
+            pages = rng.choice(CHECKPOINT_CHOICES)
+            io = prof.io[str(pages)]
+            index = rng.randint(1, io["writes"] + io["syncs"])
+            op, at = ("write", index) if index <= io["writes"] else ("sync", index - io["writes"])
+            extra: dict[str, Any] = {}
+            if kind == "io_error":
+                extra = {"persistent": rng.random() < 0.5, "then": rng.choice(("close", "crash", "continue"))}
+            add(kind, op=op, at=at, checkpoint_pages=pages, **extra)
+    for _ in range(counts["disk_full"]):
+        pages = rng.choice(CHECKPOINT_CHOICES)
+        after = rng.randint(0, prof.io[str(pages)]["bytes"])
+        add("disk_full", after_bytes=after, then=rng.choice(("close", "continue")), checkpoint_pages=pages)
+    return out
+
+
+def _point_cycle(prof: Profile, count: int, rng: random.Random) -> Iterable[tuple[str, int]]:
+    """Every point once (at a random occurrence), then every (point, occurrence) over and over."""
+    by_point: dict[str, list[tuple[str, int]]] = {}
+    for pair in prof.trace:
+        by_point.setdefault(pair[0], []).append(pair)
+    first = [rng.choice(pairs) for pairs in by_point.values()]
+    rng.shuffle(first)
+    chosen = first[:count]
+    while len(chosen) < count:
+        cycle = list(prof.trace)
+        rng.shuffle(cycle)
+        chosen += cycle[: count - len(chosen)]
+    return chosen
+
+
+# -- running one trial ----------------------------------------------------------------------------
+
+
+def run_trial(trial: Trial, prof: Profile, root: str) -> dict[str, Any]:
+    """Run one trial in this process (kill trials start a child); never raises."""
+    directory = Path(root) / f"trial-{trial.index:05d}"
+    started = time.perf_counter()
+    extra: dict[str, Any] = {"covered": [], "wrong_outcomes": [], "untyped_errors": [], "library_errors": {}}
+    try:
+        if trial.kind in KILL_KINDS:
+            verdict = _kill_trial(trial, prof, directory, extra)
+        else:
+            verdict = _storage_trial(trial, prof, directory, extra)
+        document = verdict.to_dict()
+    except Exception:  # noqa: BLE001 - a trial that blows up is reported, the campaign goes on
+        document = {"ok": False, "problems": ["harness error: " + traceback.format_exc(limit=4)], "harness_error": True}
+    failed = bool(not document["ok"] or extra["wrong_outcomes"] or extra["untyped_errors"])
+    if not failed:
+        shutil.rmtree(directory, ignore_errors=True)
+    return {
+        "trial": attrs.asdict(trial),
+        "describe": trial.describe(),
+        "verdict": document,
+        "failed": failed,
+        "path": str(directory),
+        "elapsed_s": time.perf_counter() - started,
+        **extra,
+    }
+
+
+def _kill_trial(trial: Trial, prof: Profile, directory: Path, extra: dict[str, Any]) -> Verdict:
+    harness = Harness(directory, workload=AGENT_WORKLOAD, session_id=SESSION, durability=trial.durability)
+    if trial.kind == "kill_at_random":
+        assert trial.delay_s is not None
+        return harness.kill_after(trial.delay_s, expected=prof.expected)
+    assert trial.point is not None
+    name, _, n = trial.point.rpartition(":")
+    if trial.kind == "kill_at_point":
+        verdict = harness.kill_at(name, int(n), expected=prof.expected)
+    else:
+        verdict = harness.kill_at(name, int(n), recovery_kill_at=trial.recovery_point)
+    if verdict.killed:
+        extra["covered"].append(name)
+    if verdict.recovery_killed:
+        extra["covered"].append(trial.recovery_point)
+    return verdict
+
+
+def _storage_trial(trial: Trial, prof: Profile, directory: Path, extra: dict[str, Any]) -> Verdict:
+    directory.mkdir(parents=True)
+    path, ledger = directory / "journal.db", Ledger(directory / "ledger")
+    errors: list[str] = []
+    failure: JournalError | None = None
+    j: Journal | None = None
+    witness: CommitWitness | None = None
+
+    def attempt(body: Callable[[], None]) -> JournalError | None:
+        try:
+            body()
+        except JournalError as exc:
+            extra["library_errors"][type(exc).__name__] = extra["library_errors"].get(type(exc).__name__, 0) + 1
+            if isinstance(exc, CorruptJournal):
+                errors.append(f"the engine reported a corrupt file: {exc}")
+            return exc
+        except Exception as exc:  # noqa: BLE001 - an untyped error escaping the library is a finding
+            extra["untyped_errors"].append(f"{type(exc).__module__}.{type(exc).__name__}: {exc}")
+        return None
+
+    with FaultVFS(f"torture-{os.getpid()}-{trial.index}-{time.monotonic_ns()}") as fvs:
+        _arm(fvs, trial)
+
+        def run() -> None:
+            nonlocal j, witness
+            j = open_journal(path, durability=trial.durability, vfs=fvs.name, checkpoint_pages=trial.checkpoint_pages)
+            witness = CommitWitness(j)
+            with witness.install():
+                _ensure_session(j)
+                agent_workload(j, SESSION, ledger)
+
+        failure = attempt(run)
+        if trial.kind in POWER_KINDS and fvs.running:
+            fvs.power_loss(torn=trial.kind == "torn_power_loss", seed=trial.seed)  # the run ended first
+        fvs.heal()
+        if trial.then == "continue" and j is not None and witness is not None:
+
+            def carry_on() -> None:
+                assert j is not None and witness is not None
+                with witness.install():
+                    j.recover()
+                    _ensure_session(j)
+                    agent_workload(j, SESSION, ledger)
+
+            if attempt(carry_on) is not None:
+                extra["library_errors"]["needed_reopen"] = 1
+        if trial.then == "crash":
+            fvs.crash()
+        if j is not None:
+            attempt(j.close)
+    snapshots = witness.snapshots if witness is not None else []
+    verdict = judge(
+        path,
+        ledger=ledger,
+        snapshots=snapshots,
+        workload=AGENT_WORKLOAD,
+        session_id=SESSION,
+        durability=trial.durability,
+        how=trial.describe(),
+        killed=failure is not None or trial.kind in POWER_KINDS,
+        power_lost=trial.kind in POWER_KINDS,
+        # After an I/O error the agent's own error handling writes on (a step closed with
+        # outcome "error"), so only a power cut leaves a prefix of the clean log to compare.
+        expected=prof.expected if trial.kind in POWER_KINDS else None,
+        errors=errors,
+    )
+    if isinstance(failure, JournalIOError) and trial.kind not in POWER_KINDS and trial.then != "continue":
+        extra["wrong_outcomes"] += _contradictions(failure, verdict)
+    if trial.kind == "disk_full" and isinstance(failure, JournalIOError) and not isinstance(failure, DiskFull):
+        extra["wrong_outcomes"].append(f"a full disk raised {type(failure).__name__}, not DiskFull: {failure}")
+    return verdict
+
+
+def _contradictions(failure: JournalIOError, verdict: Verdict) -> list[str]:
+    """The failed write's ``outcome`` against what the reopened file holds beyond the witness."""
+    wrote = verdict.found > verdict.committed
+    if failure.outcome == "absent" and wrote:
+        return [f"{failure.operation} raised outcome absent, but its write is in the file"]
+    if failure.outcome == "present" and not wrote and failure.operation in _EVENT_WRITERS:
+        return [f"{failure.operation} raised outcome present, but its write is not in the file"]
+    return []
+
+
+def _arm(fvs: FaultVFS, trial: Trial) -> None:
+    if trial.kind in POWER_KINDS:
+        torn = trial.kind == "torn_power_loss"
+        assert trial.at is not None
+        if trial.op == "write":
+            fvs.power_loss_at_write(trial.at, torn=torn, seed=trial.seed)
+        else:
+            fvs.power_loss_at_sync(trial.at, torn=torn, seed=trial.seed)
+    elif trial.kind == "io_error":
+        assert trial.at is not None
+        if trial.op == "write":
+            fvs.fail_write(trial.at, persistent=trial.persistent)
+        else:
+            fvs.fail_sync(trial.at, persistent=trial.persistent)
+    elif trial.kind == "disk_full":
+        assert trial.after_bytes is not None
+        fvs.disk_full(after_bytes=trial.after_bytes)
+
+
+def _ensure_session(j: Journal) -> None:
+    try:
+        j.session(SESSION)
+    except SessionNotFound:
+        j.create_session(SESSION)
+
+
+# -- the campaign ---------------------------------------------------------------------------------
+
+
+def campaign(
+    trials: int,
+    *,
+    seed: int = 1,
+    durability: str = "full",
+    jobs: int = 2,
+    workdir: str | os.PathLike[str] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Run a campaign and return its report (the ``--json`` document)."""
+    started = time.perf_counter()
+    root = Path(tempfile.mkdtemp(prefix="journal-torture-", dir=workdir))
+    try:
+        prof = profile(durability, Path(tempfile.mkdtemp(dir=root)))
+        planned = plan(trials, seed, prof)
+        outcomes = list(_execute(planned, prof, root, jobs, progress))
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    report = summarize(outcomes, prof, seed=seed)
+    report["elapsed_s"] = round(time.perf_counter() - started, 1)
+    report["jobs"] = jobs
+    if report["failed_trials"]:
+        report["workdir"] = str(root)  # the failing trials' files are kept for inspection
+    else:
+        shutil.rmtree(root, ignore_errors=True)
+    return report
+
+
+def _execute(
+    planned: list[Trial], prof: Profile, root: Path, jobs: int, progress: Callable[[int], None] | None
+) -> Iterable[dict[str, Any]]:
+    if jobs <= 1:
+        for trial in planned:
+            yield run_trial(trial, prof, str(root))
+            if progress:
+                progress(1)
+        return
+    context = multiprocessing.get_context("spawn")  # no inherited SQLite state in the workers
+    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = [pool.submit(run_trial, trial, prof, str(root)) for trial in planned]
+        for future in concurrent.futures.as_completed(futures):
+            yield future.result()
+            if progress:
+                progress(1)
+
+
+def summarize(outcomes: list[dict[str, Any]], prof: Profile, *, seed: int) -> dict[str, Any]:
+    """The report of a campaign from its trials' outcomes."""
+    outcomes = sorted(outcomes, key=lambda o: o["trial"]["index"])
+    verdicts = [o["verdict"] for o in outcomes]
+
+    def total(field: str) -> int:
+        return sum(v.get(field, 0) for v in verdicts)
+
+    def trials_with(field: str) -> int:
+        return sum(1 for v in verdicts if v.get(field))
+
+    def items(field: str) -> int:
+        return sum(len(v.get(field, ())) for v in verdicts)
+
+    reachable = prof.points + list(RECOVERY_POINTS)
+    covered = {p for o in outcomes for p in o["covered"]}
+    named = list(crash.POINTS) + list(crash.TOOL_POINTS)
+    counts = {
+        "committed_events_lost": total("lost"),
+        "integrity_failures": trials_with("integrity"),
+        "check_disagreements": trials_with("disagreements"),
+        "non_idempotent_recoveries": sum(1 for v in verdicts if v.get("second_recovery")),
+        "tool_calls_answered_twice": items("answered_twice"),
+        "side_effects_repeated": items("repeated_effects"),
+        "side_effects_without_dispatch": items("unrecorded_effects"),
+        "side_effects_denied": items("denied_effects"),
+        "left_unfinished": trials_with("unfinished"),
+        "reopen_failures": sum(1 for v in verdicts if v.get("reopen_error")),
+        "resume_failures": sum(1 for v in verdicts if "resumed" in v and not v["resumed"] and not v.get("reopen_error")),
+        "untyped_errors": sum(len(o["untyped_errors"]) for o in outcomes),
+        "wrong_outcomes": sum(len(o["wrong_outcomes"]) for o in outcomes),
+        "harness_errors": sum(1 for v in verdicts if v.get("harness_error") or v.get("errors")),
+    }
+    failed = [o for o in outcomes if o["failed"]]
+    library_errors: Counter[str] = Counter()
+    for o in outcomes:
+        library_errors.update(o["library_errors"])
+    return {
+        "durability": prof.durability,
+        "seed": seed,
+        "trials": len(outcomes),
+        "by_kind": dict(Counter(o["trial"]["kind"] for o in outcomes)),
+        "kill_trials": sum(1 for o in outcomes if o["trial"]["kind"] in KILL_KINDS),
+        "killed": sum(1 for o in outcomes if o["trial"]["kind"] in KILL_KINDS and o["verdict"].get("killed")),
+        "power_loss_trials": sum(1 for o in outcomes if o["trial"]["kind"] in POWER_KINDS),
+        "crash_points_reached": reachable,
+        "crash_points_covered": sorted(covered & set(reachable)),
+        "crash_points_not_reached": [p for p in named if p not in reachable],
+        **counts,
+        "normal_power_loss": {
+            "trials_losing_commits": trials_with("tail_lost"),
+            "committed_events_lost": total("tail_lost"),
+            "trials_repeating_side_effects": trials_with("allowed_repeated"),
+            "side_effects_repeated": items("allowed_repeated"),
+            "side_effects_without_dispatch": items("allowed_unrecorded"),
+            "side_effects_denied": items("allowed_denied"),
+        },
+        "library_errors": dict(sorted(library_errors.items())),
+        "recovered_events": total("recovered"),
+        "ok": not any(counts.values()),
+        "failed_trials": len(failed),
+        "failures": [
+            {"index": o["trial"]["index"], "kind": o["trial"]["kind"], "trial": o["describe"], "path": o["path"],
+             "problems": o["verdict"].get("problems", []) + o["wrong_outcomes"] + o["untyped_errors"]}
+            for o in failed[:20]
+        ],
+    }
+
+
+def render(report: dict[str, Any]) -> str:
+    """The report as a table for people."""
+    kinds = ", ".join(f"{kind} {report['by_kind'].get(kind, 0)}" for kind in KINDS)
+    rows = [
+        ("trials", f"{report['trials']}  ({kinds})"),
+        ("kill trials / killed", f"{report['kill_trials']} / {report['killed']}"),
+        ("crash points covered", f"{len(report['crash_points_covered'])} of {len(report['crash_points_reached'])} the workload reaches"),
+    ]  # fmt: skip
+    rows += [(label, str(report[key])) for key, label in FAILURES]
+    if report["durability"] == "normal":
+        lost = report["normal_power_loss"]
+        rows += [
+            ("allowed under normal, after a power cut:", ""),
+            ("  commits lost (a tail)", f"{lost['committed_events_lost']} events in {lost['trials_losing_commits']} trials"),
+            ("  side effects repeated", f"{lost['side_effects_repeated']} in {lost['trials_repeating_side_effects']} trials"),
+            ("  side effects without a dispatch", str(lost["side_effects_without_dispatch"])),
+            ("  side effects said not to have run", str(lost["side_effects_denied"])),
+        ]
+    width = max(len(label) for label, _ in rows)
+    lines = [f"journal torture: durability {report['durability']}, seed {report['seed']}, {report['elapsed_s']} s"]
+    lines += [f"  {label:<{width}}  {value}" for label, value in rows]
+    if report["crash_points_not_reached"]:
+        lines.append(f"  not reached by the workload: {', '.join(report['crash_points_not_reached'])}")
+    for failure in report["failures"]:
+        lines.append(f"  FAILED trial {failure['index']} ({failure['trial']}): {'; '.join(failure['problems'])}")
+    if report.get("workdir"):
+        lines.append(f"  the failing trials' files are kept in {report['workdir']}")
+    lines.append("  ok: every counter is zero" if report["ok"] else "  PROBLEMS FOUND")
+    return "\n".join(lines)
+
+
+@click.command()
+@click.option("--trials", type=click.IntRange(min=1), default=200, show_default=True, help="How many trials.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the trials' random draws.")
+@click.option("--durability", type=click.Choice(["full", "normal"]), default="full", show_default=True)
+@click.option("--jobs", type=click.IntRange(min=1), default=lambda: min(os.cpu_count() or 1, 4),
+              show_default="CPU count, at most 4", help="Worker processes.")  # fmt: skip
+@click.option("--workdir", type=click.Path(file_okay=False), default=None,
+              help="Where the trials' files go (default: the temporary directory).")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="One JSON document.")
+def torture(trials: int, seed: int, durability: str, jobs: int, workdir: str | None, as_json: bool) -> None:
+    """Run a crash campaign: kills at every crash point and at random, power loss, torn writes,
+    I/O errors and a full disk, each followed by recovery and a resumed run; exit 1 unless every
+    counter is zero."""
+    if workdir is not None:
+        os.makedirs(workdir, exist_ok=True)
+    with click.progressbar(length=trials, label=f"torture ({durability})", file=sys.stderr) as bar:
+        report = campaign(trials, seed=seed, durability=durability, jobs=jobs, workdir=workdir, progress=bar.update)
+    if as_json:
+        click.echo(json.dumps(report, indent=2, default=str))
+    else:
+        click.echo(render(report))
+    if not report["ok"]:
+        sys.exit(1)
