@@ -50,10 +50,12 @@ def schema_sql() -> str:
     return resources.files("journal").joinpath("schema.sql").read_text(encoding="utf-8")
 
 
-def _translate(exc: apsw.Error, operation: str, *, outcome: str) -> JournalError:
+def _translate(
+    exc: apsw.Error, operation: str, *, outcome: str, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+) -> JournalError:
     """A driver error as the library's error; ``outcome`` is what is known of the write."""
     if isinstance(exc, (apsw.BusyError, apsw.LockedError)):
-        return JournalBusy(DEFAULT_BUSY_TIMEOUT_MS)
+        return JournalBusy(busy_timeout_ms)
     if isinstance(exc, apsw.FullError):
         return DiskFull(operation, outcome, str(exc))
     if isinstance(exc, (apsw.IOError, apsw.CantOpenError, apsw.ReadOnlyError)):
@@ -137,12 +139,14 @@ class Store:
             if isinstance(exc, apsw.Error):
                 # A pragma or a read of the header failed on the disk: a typed error, never a
                 # driver one (the schema's own transaction is translated by write()).
-                raise _translate(exc, "open", outcome="absent") from exc
+                raise self._translate(exc, "open", outcome="absent") from exc
             raise
 
     # -- opening -------------------------------------------------------------------------------
 
     def _connect(self, vfs: str | None) -> apsw.Connection:
+        if os.path.isdir(self.path):
+            raise NotAJournal(self.path, "a directory")
         exists = os.path.exists(self.path) and os.path.getsize(self.path) > 0
         if exists:
             with open(self.path, "rb") as f:
@@ -169,7 +173,7 @@ class Store:
                 kwargs["vfs"] = vfs
             return apsw.Connection(self.path, **kwargs)
         except apsw.Error as exc:
-            raise _translate(exc, "open", outcome="absent") from exc
+            raise self._translate(exc, "open", outcome="absent") from exc
 
     def _configure(self, checkpoint_pages: int | None) -> None:
         conn = self._conn
@@ -181,7 +185,7 @@ class Store:
         except (apsw.NotADBError, apsw.CorruptError) as exc:
             raise NotAJournal(self.path, f"unreadable ({exc})") from exc
         except apsw.Error as exc:
-            raise _translate(exc, "open", outcome="absent") from exc
+            raise self._translate(exc, "open", outcome="absent") from exc
         if app_id != APPLICATION_ID and not (app_id == 0 and version == 0 and tables == 0):
             raise NotAJournal(self.path, "an SQLite database of another application")
         if app_id == APPLICATION_ID and version > SCHEMA_VERSION:
@@ -245,7 +249,7 @@ class Store:
             except apsw.Error as exc:
                 if upgrade:
                     self._restore_synchronous()
-                raise _translate(exc, operation, outcome="absent") from exc
+                raise self._translate(exc, operation, outcome="absent") from exc
             self._in_txn = True
             db = Database(conn)
             try:
@@ -262,7 +266,7 @@ class Store:
                     raise self._commit_failed(exc, operation, present) from exc
                 crash.reached(f"{operation}.after_commit")
             except apsw.Error as exc:
-                raise _translate(exc, operation, outcome="absent") from exc
+                raise self._translate(exc, operation, outcome="absent") from exc
             finally:
                 self._in_txn = False
                 if upgrade:
@@ -289,7 +293,7 @@ class Store:
             # A busy COMMIT (a checkpoint wanting a lock) leaves the transaction open in
             # SQLite; we rolled it back, so nothing was written.
             return JournalBusy(self.busy_timeout_ms)
-        return _translate(exc, operation, outcome=outcome)
+        return self._translate(exc, operation, outcome=outcome)
 
     def _rollback(self) -> None:
         if not self._conn.in_transaction:
@@ -315,7 +319,10 @@ class Store:
                     if conn.in_transaction:
                         conn.execute("COMMIT")
             except apsw.Error as exc:
-                raise _translate(exc, "read", outcome="absent") from exc
+                raise self._translate(exc, "read", outcome="absent") from exc
+
+    def _translate(self, exc: apsw.Error, operation: str, *, outcome: str) -> JournalError:
+        return _translate(exc, operation, outcome=outcome, busy_timeout_ms=self.busy_timeout_ms)
 
     def _checked(self) -> apsw.Connection:
         conn = self._conn
@@ -334,7 +341,7 @@ class Store:
             try:
                 self._checked().wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
             except apsw.Error as exc:
-                raise _translate(exc, "checkpoint", outcome="unknown") from exc
+                raise self._translate(exc, "checkpoint", outcome="unknown") from exc
 
     def close(self) -> None:
         """Close the connection. It is closed even if this raises: SQLite's closing checkpoint
@@ -346,7 +353,7 @@ class Store:
                 try:
                     conn.close()
                 except apsw.Error as exc:
-                    raise _translate(exc, "close", outcome="present") from exc
+                    raise self._translate(exc, "close", outcome="present") from exc
 
     @property
     def closed(self) -> bool:

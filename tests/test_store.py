@@ -146,3 +146,24 @@ def test_schema_state_checks_match_the_call_and_submission_vocabularies() -> Non
     lists = _check_lists(store.schema_sql(), "state")
     assert {v.value for v in journal.CallState} in lists
     assert {v.value for v in journal.SubmissionState} in lists
+
+
+def test_a_writer_kept_out_past_the_busy_timeout_gets_journal_busy_and_writes_nothing(db_path: Path) -> None:
+    with journal.open(db_path, busy_timeout_ms=100) as j:
+        j.create_session("s")
+        holder = apsw.Connection(str(db_path))
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(journal.JournalBusy) as info:
+                j.append("s", "user_message", {"content": "blocked"})
+            assert info.value.timeout_ms == 100
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert j.count("s") == 0
+        assert j.append("s", "user_message", {"content": "now"}).seq == 0
+
+
+def test_a_directory_is_not_a_journal(tmp_path: Path) -> None:
+    with pytest.raises(journal.NotAJournal):
+        journal.open(tmp_path)
