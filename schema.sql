@@ -25,11 +25,14 @@ CREATE INDEX sessions_parent ON sessions (parent_id) WHERE parent_id IS NOT NULL
 CREATE TABLE events (
     session_id TEXT NOT NULL REFERENCES sessions (id),
     seq        INTEGER NOT NULL CHECK (seq >= 0),
+    -- Written as a chain of = rather than IN (...): SQLite builds an ephemeral index for an IN
+    -- list on every insert, which costs more than the rest of this CHECK.
     type       TEXT NOT NULL CHECK (
-        type IN ('system_message', 'user_message', 'assistant_message', 'tool_result',
-                 'tool_call', 'tool_result_late', 'turn_start', 'turn_end', 'step_start',
-                 'step_end', 'stream_interrupted', 'stream_continued', 'submission_interrupted',
-                 'operator_resolution')
+        type = 'system_message' OR type = 'user_message' OR type = 'assistant_message'
+        OR type = 'tool_result' OR type = 'tool_call' OR type = 'tool_result_late'
+        OR type = 'turn_start' OR type = 'turn_end' OR type = 'step_start' OR type = 'step_end'
+        OR type = 'stream_interrupted' OR type = 'stream_continued'
+        OR type = 'submission_interrupted' OR type = 'operator_resolution'
         OR (type LIKE 'x.%' AND length(type) > 2)
     ),
     data       TEXT NOT NULL CHECK (json_valid(data) AND json_type(data) = 'object'),

@@ -84,6 +84,13 @@ def owner_of_txn(db: Database, segments: list[Segment], seq: int) -> str:
     return segments[-1][0]
 
 
+def append_text_txn(db: Database, session_id: str, type_: str, text: str, time_ms: int) -> int:
+    """Append one validated event at the session's next seq, inside the caller's transaction."""
+    seq = next_seq_txn(db, session_id)
+    insert_txn(db, session_id, seq, type_, text, time_ms)
+    return seq
+
+
 def insert_txn(db: Database, session_id: str, seq: int, type_: str, text: str, time_ms: int) -> None:
     """Insert one validated event, translating the schema's refusals into typed errors."""
     if type_ == "tool_result" and seq > 0:
@@ -236,9 +243,8 @@ class LogMixin:
             ) == 1
 
         def work(db: Database) -> int:
-            seq = next_seq_txn(db, session_id)
+            seq = append_text_txn(db, session_id, type, text, time_ms)
             written.append(seq)
-            insert_txn(db, session_id, seq, type, text, time_ms)
             return seq
 
         seq = self._appends.run(work, present=present)

@@ -118,8 +118,7 @@ def _turn_row_txn(db: Database, turn: Turn) -> tuple[Any, ...]:
 def append_txn(db: Database, session_id: str, type_: str, data: dict[str, Any], time_ms: int) -> Event:
     """Append one event inside the caller's transaction (the event is validated here)."""
     text = encode(type_, data)
-    seq = _log.next_seq_txn(db, session_id)
-    _log.insert_txn(db, session_id, seq, type_, text, time_ms)
+    seq = _log.append_text_txn(db, session_id, type_, text, time_ms)
     return Event(session_id, seq, type_, json.loads(text), time_ms)
 
 
