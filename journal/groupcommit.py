@@ -11,6 +11,7 @@ has returned (G1), and each is atomic (G2); a single thread pays nothing but an 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -36,21 +37,29 @@ class GroupCommit:
     def __init__(self, store: Store, operation: str) -> None:
         self._store = store
         self._operation = operation
-        self._cond = threading.Condition()
+        self._cond = threading.Condition()  # followers wait here for their commit
+        self._arrived = threading.Condition(self._cond._lock)  # type: ignore[attr-defined]  # the leader waits here
         self._queue: list[Pending] = []
         self._leading = False
+        self._callers = 0  # threads inside run(): queued, leading, or finishing
 
     def run(self, work: Callable[[Database], Any], *, present: Callable[[Database], bool] | None = None) -> Any:
         """Run ``work(db)`` inside a committed transaction and return what it returned."""
         item = Pending(work)
         with self._cond:
+            self._callers += 1
             self._queue.append(item)
+            self._arrived.notify()
             while self._leading and not item.done:
                 self._cond.wait()
             if not item.done:
                 self._leading = True
-        if not item.done:
-            self._lead(present)
+        try:
+            if not item.done:
+                self._lead(present)
+        finally:
+            with self._cond:
+                self._callers -= 1
         if item.error is not None:
             raise item.error
         return item.result
@@ -59,6 +68,11 @@ class GroupCommit:
         try:
             while True:
                 with self._cond:
+                    deadline = time.monotonic() + 0.0002
+                    while self._callers > len(self._queue) + 1 and time.monotonic() < deadline:
+                        # Threads just woken by the last commit are about to queue their next
+                        # append: let them (waiting releases the GIL) so they share this commit.
+                        self._arrived.wait(0.00005)
                     batch, self._queue = self._queue, []
                     if not batch:
                         return
