@@ -63,6 +63,11 @@ def disarm() -> None:
     _armed = None
 
 
+def armed() -> bool:
+    """Whether any point is armed (lets the engine skip naming its points when none is)."""
+    return _armed is not None
+
+
 def reached(name: str) -> None:
     """Called by the engine at a crash point."""
     if _armed is None or name not in _armed:

@@ -261,13 +261,15 @@ class Store:
                 except BaseException:
                     self._rollback()
                     raise
-                crash.reached(f"{operation}.before_commit")
+                if crash.armed():
+                    crash.reached(f"{operation}.before_commit")
                 try:
                     conn.execute("COMMIT")
                 except apsw.Error as exc:
                     self._rollback()
                     raise self._commit_failed(exc, operation, present) from exc
-                crash.reached(f"{operation}.after_commit")
+                if crash.armed():
+                    crash.reached(f"{operation}.after_commit")
             except apsw.Error as exc:
                 raise self._translate(exc, operation, outcome="absent") from exc
             finally:
