@@ -11,8 +11,10 @@ Every write transaction of the engine passes two points, ``<operation>.before_co
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+from collections.abc import Callable, Iterator
 
 # The operations whose commits are crash points (DESIGN §9). Each gives two points.
 OPERATIONS = (
@@ -48,6 +50,7 @@ POINTS = tuple(f"{op}.{when}" for op in OPERATIONS for when in ("before_commit",
 TOOL_POINTS = ("tool.before_run", "tool.after_run")
 
 _armed: dict[str, int] | None = None
+_observers: list[Callable[[str], None]] = []
 
 
 def arm(name: str, n: int = 1) -> None:
@@ -64,12 +67,24 @@ def disarm() -> None:
 
 
 def armed() -> bool:
-    """Whether any point is armed (lets the engine skip naming its points when none is)."""
-    return _armed is not None
+    """Whether any point is armed or observed (lets the engine skip naming its points when not)."""
+    return _armed is not None or bool(_observers)
+
+
+@contextlib.contextmanager
+def observing(observer: Callable[[str], None]) -> Iterator[None]:
+    """Call ``observer(name)`` at every crash point reached (before an armed one fires)."""
+    _observers.append(observer)
+    try:
+        yield
+    finally:
+        _observers.remove(observer)
 
 
 def reached(name: str) -> None:
     """Called by the engine at a crash point."""
+    for observer in list(_observers):
+        observer(name)
     if _armed is None or name not in _armed:
         return
     _armed[name] -= 1

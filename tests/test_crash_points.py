@@ -45,17 +45,15 @@ def _trace(root: Path) -> tuple[list[tuple[str, dict]], list[tuple[str, int, int
     with journal.open(path) as j:
         j.create_session(SESSION)
         reader = journal.open(path, readonly=True)
-        original = crash.reached
 
         def record(name: str) -> None:
             seen[name] = seen.get(name, 0) + 1
             trace.append((name, seen[name], reader.count(SESSION), len(ledger.entries())))
 
-        crash.reached = record  # the engine and the workload look it up at call time
         try:
-            workload.run(j, SESSION, ledger)
+            with crash.observing(record):
+                workload.run(j, SESSION, ledger)
         finally:
-            crash.reached = original
             reader.close()
         return _strip(j.events(SESSION)), trace
 

@@ -104,9 +104,8 @@ def _workload_name(workload: str | Workload) -> str:
 class CommitWitness:
     """Records every crash point reached and, after each commit, every session's event count.
 
-    ``install()`` wraps ``journal.crash.reached`` for the life of the context (the engine and the
-    tools look it up at call time), so an armed crash point still fires, after the record is
-    made. With a ``sink`` path each record is appended to that file as one JSON line (no fsync:
+    ``install()`` observes ``journal.crash`` for the life of the context, so an armed crash
+    point still fires, after the record is made. With a ``sink`` path each record is appended to that file as one JSON line (no fsync:
     it only has to survive a process kill, and the kernel keeps what was written). One witness
     per process at a time.
     """
@@ -120,19 +119,12 @@ class CommitWitness:
 
     @contextlib.contextmanager
     def install(self) -> Iterator[CommitWitness]:
-        original = crash.reached
         if self._sink is not None:
             self._fd = os.open(self._sink, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-
-        def reached(name: str) -> None:
-            self._record(name)
-            original(name)
-
-        crash.reached = reached
         try:
-            yield self
+            with crash.observing(self._record):
+                yield self
         finally:
-            crash.reached = original
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
