@@ -132,3 +132,78 @@ def test_g6_kill_after_the_side_effect_and_before_the_result_commit_leaves_evide
     call_id = events[-1].data["id"]
     assert ledger.count(call=call_id) == 1
     assert not any(e.type == "tool_result" and e.data["tool_call_id"] == call_id for e in events)
+
+
+# -- the points outside the live loop: queue, reconciler, operator path, purge, schema ----------
+
+OPERATIONS_CHILD = """
+import sys, journal
+from journal.testing.bot import work
+from journal.testing import Ledger
+
+path, ledger = sys.argv[1], Ledger(sys.argv[2])
+with journal.open(path) as j:                        # create_schema
+    s = j.create_session("bot").id
+    j.submit(s, "user_message", {"content": "first"})  # submit
+    claim = j.claim(owner="elsewhere:1:1")             # claim
+    claim.renew()                                      # renew
+    claim.requeue()                                    # requeue
+    claim = j.claim(owner="elsewhere:1:1")
+    claim.fail("the model refused")                    # fail
+    j.submit(s, "user_message", {"content": "second"})
+    claim = j.claim(owner="elsewhere:1:1", lease_ms=1)
+    claim.turn.step_start()
+    j.reconcile(now_ms=journal.log.now_ms() + 60_000)  # reconcile
+    work(j, ledger)
+    tools = journal.ToolRegistry(on_indeterminate=lambda call: print("operator paged", file=sys.stderr))
+    tools.register("email", lambda args, ctx: ledger.record(call=ctx.call_id), effects=journal.Unsafe())
+    turn = j.turn_start(s)
+    turn.step_start()
+    turn.assistant("", tool_calls=[{"id": "mail-1", "name": "email", "arguments": {}}])
+    j.dispatch(s, "mail-1", turn=turn, effect="unsafe")   # dispatched, the tool never reports
+    j.recover_effects(tools)                            # effect_recovery, notify
+    j.resolve(s, "mail-1", outcome="did_not_run")       # resolve
+    j.recover(s)
+    j.append_many(s, [("x.note", {"n": 1}), ("x.note", {"n": 2})])
+    j.fork(s, id="copy")
+    j.purge(s, copy_forks=True)                         # purge
+print("finished")
+"""
+
+OTHER_POINTS = [
+    f"{op}.{when}"
+    for op in (
+        "create_schema", "submit", "claim", "renew", "requeue", "fail", "reconcile", "effect_recovery", "notify",
+        "resolve", "purge",
+    )  # fmt: skip
+    for when in ("before_commit", "after_commit")
+]
+
+
+def test_every_crash_point_is_reached_by_the_workload_or_the_operations_script(tmp_path: Path) -> None:
+    code = "from journal import crash\n_observe = crash.observing(print)\n_observe.__enter__()\n" + OPERATIONS_CHILD
+    done = run_child(code, str(tmp_path / "j.db"), str(tmp_path / "ledger"))
+    assert done.returncode == 0, done.stderr
+    reached = set(done.stdout.split()) | set(_points_reached_by_workload())
+    assert set(OTHER_POINTS) <= reached
+    assert set(crash.POINTS) <= reached, sorted(set(crash.POINTS) - reached)
+
+
+def _points_reached_by_workload() -> list[str]:
+    return [name for name, *_ in _clean_run()[1]]
+
+
+@pytest.mark.parametrize("point", OTHER_POINTS)
+def test_a_kill_at_every_other_commit_boundary_is_survived(tmp_path: Path, point: str) -> None:
+    path, ledger = tmp_path / "j.db", tmp_path / "ledger"
+    done = run_child(OPERATIONS_CHILD, str(path), str(ledger), env={"JOURNAL_CRASH_AT": point})
+    assert done.returncode == -signal.SIGKILL, (point, done.stdout, done.stderr)
+    with journal.open(path) as j:
+        assert j.integrity_check() == ["ok"]
+        assert j.check() == []
+        j.reconcile(now_ms=journal.log.now_ms() + 3_600_000)
+        j.recover()
+        report = j.scan()
+        assert report.open_turns == () and report.stale_submissions == ()
+        assert j.check() == []
+    assert Ledger(ledger).repeated("call") == {}
