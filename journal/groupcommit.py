@@ -37,14 +37,21 @@ class GroupCommit:
     def __init__(self, store: Store, operation: str) -> None:
         self._store = store
         self._operation = operation
-        self._cond = threading.Condition()  # followers wait here for their commit
-        self._arrived = threading.Condition(self._cond._lock)  # type: ignore[attr-defined]  # the leader waits here
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # followers wait here for their commit
+        self._arrived = threading.Condition(lock)  # the leader waits here for arrivals
         self._queue: list[Pending] = []
         self._leading = False
-        self._callers = 0  # threads inside run(): queued, leading, or finishing
+        self._callers = 0  # threads queued in run(), waiting or leading
 
     def run(self, work: Callable[[Database], Any], *, present: Callable[[Database], bool] | None = None) -> Any:
         """Run ``work(db)`` inside a committed transaction and return what it returned."""
+        with self._cond:
+            alone = not self._leading and not self._queue
+            if alone:
+                self._leading = True
+        if alone:
+            return self._run_alone(work, present)
         item = Pending(work)
         with self._cond:
             self._callers += 1
@@ -63,6 +70,17 @@ class GroupCommit:
         if item.error is not None:
             raise item.error
         return item.result
+
+    def _run_alone(self, work: Callable[[Database], Any], present: Callable[[Database], bool] | None) -> Any:
+        """The common case, one thread appending: its own transaction, nothing to share."""
+        try:
+            with self._store.write(self._operation, present=present) as db:
+                return work(db)
+        finally:
+            with self._cond:
+                self._leading = False
+                if self._queue:
+                    self._cond.notify_all()  # arrivals meanwhile: one of them leads now
 
     def _lead(self, present: Callable[[Database], bool] | None) -> None:
         try:

@@ -28,7 +28,7 @@ from journal.errors import (
 )
 from journal.model import Event, Session
 from journal.store import Database, Store
-from journal.validate import encode
+from journal.validate import encode, encode_copy
 
 _SESSION_ID = re.compile(r"[\x21-\x7e]{1,256}")
 _INSERT = "INSERT INTO events (session_id, seq, type, data, time_ms) VALUES (?, ?, ?, ?, ?)"
@@ -233,7 +233,7 @@ class LogMixin:
 
         Appends from several threads at once share commits (group commit): each is atomic and
         durable when it returns, and the fsyncs are shared."""
-        text = encode(type, data, max_bytes=self._max_event_bytes)
+        text, copy = encode_copy(type, data, max_bytes=self._max_event_bytes)
         time_ms = now_ms()
         written: list[int] = []
 
@@ -248,15 +248,18 @@ class LogMixin:
             return seq
 
         seq = self._appends.run(work, present=present)
-        return Event(session_id, seq, type, json.loads(text), time_ms)
+        return Event(session_id, seq, type, copy, time_ms)
 
     def append_many(self, session_id: str, items: Iterable[tuple[str, dict[str, Any]]]) -> list[Event]:
         """Append several events in one transaction: all of them or none (G2)."""
         encoded: list[tuple[str, str]] = []
+        copies: list[dict[str, Any]] = []
         for index, item in enumerate(items):
             if not isinstance(item, (tuple, list)) or len(item) != 2:
                 raise InvalidArgument(f"items[{index}]", "must be a (type, data) pair")
-            encoded.append((item[0], encode(item[0], item[1], max_bytes=self._max_event_bytes, index=index)))
+            text, copy = encode_copy(item[0], item[1], max_bytes=self._max_event_bytes, index=index)
+            encoded.append((item[0], text))
+            copies.append(copy)
         if not encoded:
             return []
         time_ms = now_ms()
@@ -274,7 +277,7 @@ class LogMixin:
                     )
                 except _store.ConstraintError as exc:
                     raise SchemaViolation("append_many", str(exc)) from exc
-        return [Event(session_id, first + i, t, json.loads(text), time_ms) for i, (t, text) in enumerate(encoded)]
+        return [Event(session_id, first + i, t, copies[i], time_ms) for i, (t, _) in enumerate(encoded)]
 
     # -- reads ---------------------------------------------------------------------------------
 

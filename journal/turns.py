@@ -24,7 +24,7 @@ from journal import log as _log
 from journal.errors import InvalidArgument, LeaseLost, NoOpenTurn, OpenTurnError
 from journal.model import Event, Phase, StepOutcome, TurnEndReason
 from journal.store import Database, Store
-from journal.validate import encode
+from journal.validate import encode_copy
 
 if TYPE_CHECKING:
     from journal.results import Dispatch, PutResult
@@ -117,9 +117,9 @@ def _turn_row_txn(db: Database, turn: Turn) -> tuple[Any, ...]:
 
 def append_txn(db: Database, session_id: str, type_: str, data: dict[str, Any], time_ms: int) -> Event:
     """Append one event inside the caller's transaction (the event is validated here)."""
-    text = encode(type_, data)
+    text, copy = encode_copy(type_, data)
     seq = _log.append_text_txn(db, session_id, type_, text, time_ms)
-    return Event(session_id, seq, type_, json.loads(text), time_ms)
+    return Event(session_id, seq, type_, copy, time_ms)
 
 
 def open_turn_txn(db: Database, session_id: str) -> int | None:
@@ -240,7 +240,7 @@ class TurnsMixin:
         data = {"content": content, **{k: v for k, v in fields.items() if v is not None}}
         # The classifier reads stop_reason; a caller that leaves it out gets the obvious one.
         data.setdefault("stop_reason", "tool_use" if data.get("tool_calls") else "stop")
-        text = encode("assistant_message", data)
+        text, copy = encode_copy("assistant_message", data)
         time_ms = _log.now_ms()
         with self._store.write("assistant") as db:
             row = _turn_row_txn(db, turn)
@@ -250,7 +250,7 @@ class TurnsMixin:
                 raise InvalidArgument("phase", "this step already recorded a tool request; end the step first")
             seq = _log.next_seq_txn(db, turn.session_id)
             _log.insert_txn(db, turn.session_id, seq, "assistant_message", text, time_ms)
-        return Event(turn.session_id, seq, "assistant_message", json.loads(text), time_ms)
+        return Event(turn.session_id, seq, "assistant_message", copy, time_ms)
 
     def turn_end(self, turn: Turn, *, reason: str = "complete") -> Event:
         """Close the turn with reason ``complete`` or ``rejected`` (``interrupted`` belongs to

@@ -83,12 +83,20 @@ def encode(
     type_: object, data: object, *, max_bytes: int = DEFAULT_MAX_EVENT_BYTES, index: int | None = None
 ) -> str:
     """Validate one event and return its data as compact JSON text; raise ``InvalidEvent``."""
+    return encode_copy(type_, data, max_bytes=max_bytes, index=index)[0]
+
+
+def encode_copy(
+    type_: object, data: object, *, max_bytes: int = DEFAULT_MAX_EVENT_BYTES, index: int | None = None
+) -> tuple[str, dict[str, Any]]:
+    """``encode``, and a copy of ``data`` equal to what decoding the text gives (tuples become
+    lists): the returned event's data, made during the validation walk instead of a decode."""
     if not is_known_type(type_):
         raise InvalidEvent("type", f"unknown event type {type_!r}", index)
     if not isinstance(data, dict):
         raise InvalidEvent("data", f"must be a JSON object, not {type(data).__name__}", index)
-    _check_json(data, "data", index, set())
-    text = _encoder.encode(data)
+    copy = _copy_json(data, "data", index, set())
+    text = _encoder.encode(copy)
     size = len(text.encode("utf-8")) if len(text) * 4 > max_bytes else len(text)
     if size > max_bytes:
         raise InvalidEvent("data", f"encodes to {size} bytes, over the limit of {max_bytes}", index)
@@ -107,32 +115,36 @@ def encode(
             _check_tool_calls(data["tool_calls"], index)
     if "surface_op" in data:
         _check_surface_op(type_, data["surface_op"], index)
-    return text
+    return text, copy
 
 
-def _check_json(value: Any, where: str, index: int | None, path: set[int]) -> None:
-    if isinstance(value, str) or value is None or isinstance(value, bool):
-        return
+def _copy_json(value: Any, where: str, index: int | None, path: set[int]) -> Any:
+    """A copy of a JSON value (scalars as they are), refusing what JSON cannot hold."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if isinstance(value, str):  # a str subclass (an enum member, say) is stored as its text
+        return str.__str__(value)
     if isinstance(value, int):
-        return
+        return bool(value) if isinstance(value, bool) else int(value)
     if isinstance(value, float):
         if not math.isfinite(value):
             raise InvalidEvent(where, f"{value!r} is not a JSON number", index)
-        return
+        return float(value)
     if isinstance(value, (dict, list, tuple)):
         if id(value) in path:
             raise InvalidEvent(where, "contains a cycle", index)
         path.add(id(value))
         if isinstance(value, dict):
+            copy: Any = {}
             for key, item in value.items():
                 if not isinstance(key, str):
                     raise InvalidEvent(where, f"has a non-string key {key!r}", index)
-                _check_json(item, f"{where}.{key}", index, path)
+                copy[key] = _copy_json(item, f"{where}.{key}", index, path)
         else:
-            for i, item in enumerate(value):
-                _check_json(item, f"{where}[{i}]", index, path)
+            copy = [_copy_json(item, f"{where}[{i}]", index, path) for i, item in enumerate(value)]
         path.discard(id(value))
-        return
+        return copy
     raise InvalidEvent(where, f"{type(value).__name__} is not JSON", index)
 
 
