@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Union
 
 import attrs
 
-from journal.model import SURFACE_TYPES, Event, EventType, StopReason
+from journal.model import SURFACE_TYPES, Event, EventType, StopReason, Vocabulary
 
 __all__ = [
     "Absent",
@@ -103,7 +103,7 @@ _OVERFLOW_MESSAGE = re.compile(
 )
 
 
-class ResumeMode(str, enum.Enum):
+class ResumeMode(Vocabulary):
     """How a resumed attempt continues: the ``mode`` of a ``Resume`` state."""
 
     INPUT_ONLY = "input_only"  # the input was applied; no model answer yet
@@ -113,9 +113,6 @@ class ResumeMode(str, enum.Enum):
     TRANSIENT_RETRY = "transient_retry"  # the provider failed in a way worth retrying
     OVERFLOW = "overflow"  # the context window was exceeded: compact, then retry
     ABORTED_PARTIAL = "aborted_partial"  # the answer was cut off: continue after it
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class _State:

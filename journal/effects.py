@@ -32,7 +32,7 @@ import attrs
 
 from journal import log as _log
 from journal.errors import InvalidArgument, MissingEffectClass, NotIndeterminate, SchemaViolation, UnregisteredTool
-from journal.model import Event, OperatorOutcome, Risk
+from journal.model import Event, OperatorOutcome, Risk, Vocabulary
 from journal.results import PutResult, put_result_txn, requested_call_txn
 from journal.scan import IndeterminateCall, PendingCall
 from journal.store import Database, Store
@@ -61,12 +61,7 @@ _logger = logging.getLogger("journal.effects")
 SOURCE = "effect_recovery"
 
 
-class _Vocabulary(str, enum.Enum):
-    def __str__(self) -> str:
-        return self.value
-
-
-class EffectKind(_Vocabulary):
+class EffectKind(Vocabulary):
     """The effect class's name as recorded in the ``tool_call`` event (``effect``)."""
 
     IDEMPOTENT = "idempotent"
@@ -74,7 +69,7 @@ class EffectKind(_Vocabulary):
     UNSAFE = "unsafe"
 
 
-class EffectAction(_Vocabulary):
+class EffectAction(Vocabulary):
     """What effect-class recovery did with one dispatched call."""
 
     REISSUED = "reissued"  # Idempotent, or Queryable that never arrived: re-issued, result recorded
@@ -85,7 +80,7 @@ class EffectAction(_Vocabulary):
     ALREADY_SETTLED = "already_settled"  # another recoverer (or the tool) got there first
 
 
-class IndeterminateReason(_Vocabulary):
+class IndeterminateReason(Vocabulary):
     """Why a call became indeterminate."""
 
     UNSAFE = "unsafe"  # the tool is declared Unsafe

@@ -77,7 +77,8 @@ def chain_txn(db: Database, session_id: str) -> list[Segment]:
     return segments
 
 
-def owner_of_txn(db: Database, segments: list[Segment], seq: int) -> str:
+def owner_of(segments: list[Segment], seq: int) -> str:
+    """The session whose own events hold ``seq`` in a chain of segments."""
     for owner, lo, hi in segments:
         if lo <= seq < hi:
             return owner
@@ -334,7 +335,7 @@ def open_turn_at_txn(db: Database, session_id: str, boundary: int) -> int | None
     that owns ``boundary``: a fork's prefix never holds an open turn (G11), so no turn of an
     ancestor spans a fork point. The cost is a few index lookups, whatever the log's length.
     """
-    owner = owner_of_txn(db, chain_txn(db, session_id), boundary)
+    owner = owner_of(chain_txn(db, session_id), boundary)
     row = db.one(
         "SELECT start_seq, end_seq, outer_start FROM turn_journal WHERE session_id = ? AND start_seq <= ? "
         "ORDER BY start_seq DESC LIMIT 1",

@@ -12,17 +12,19 @@ from typing import Any
 import attrs
 
 
-class _Vocabulary(str, enum.Enum):
+class Vocabulary(str, enum.Enum):
+    """The base of every vocabulary: a str enum whose str() is its value."""
+
     def __str__(self) -> str:
         return self.value
 
 
-class Durability(_Vocabulary):
+class Durability(Vocabulary):
     FULL = "full"
     NORMAL = "normal"
 
 
-class EventType(_Vocabulary):
+class EventType(Vocabulary):
     SYSTEM_MESSAGE = "system_message"
     USER_MESSAGE = "user_message"
     ASSISTANT_MESSAGE = "assistant_message"
@@ -50,30 +52,30 @@ SURFACE_TYPES = frozenset(
 APP_TYPE_PREFIX = "x."
 
 
-class Phase(_Vocabulary):
+class Phase(Vocabulary):
     BEFORE_PROVIDER = "before_provider"
     PROVIDER_STARTED = "provider_started"
     TOOL_REQUEST_RECORDED = "tool_request_recorded"
     COMMITTED = "committed"
 
 
-class Risk(_Vocabulary):
+class Risk(Vocabulary):
     TOOL_NOT_STARTED = "tool_not_started"
     TOOL_OUTCOME_UNKNOWN = "tool_outcome_unknown"
 
 
-class TurnEndReason(_Vocabulary):
+class TurnEndReason(Vocabulary):
     COMPLETE = "complete"
     REJECTED = "rejected"
     INTERRUPTED = "interrupted"
 
 
-class StepOutcome(_Vocabulary):
+class StepOutcome(Vocabulary):
     OK = "ok"
     ERROR = "error"
 
 
-class StopReason(_Vocabulary):
+class StopReason(Vocabulary):
     STOP = "stop"
     LENGTH = "length"
     TOOL_USE = "tool_use"
@@ -81,7 +83,7 @@ class StopReason(_Vocabulary):
     ABORTED = "aborted"
 
 
-class CallState(_Vocabulary):
+class CallState(Vocabulary):
     """Where a tool call stands: derived from the log, kept in ``tool_calls``."""
 
     REQUESTED = "requested"
@@ -90,14 +92,14 @@ class CallState(_Vocabulary):
     INDETERMINATE = "indeterminate"
 
 
-class SubmissionState(_Vocabulary):
+class SubmissionState(Vocabulary):
     QUEUED = "queued"
     RUNNING = "running"
     COMPLETED = "completed"
     FAILED = "failed"
 
 
-class OperatorOutcome(_Vocabulary):
+class OperatorOutcome(Vocabulary):
     RAN = "ran"
     DID_NOT_RUN = "did_not_run"
 
