@@ -42,6 +42,7 @@ from journal.errors import (
     SessionHasForks,
     SessionNotFound,
     SubmissionNotFound,
+    UnansweredCalls,
     UnknownToolCall,
     UnregisteredTool,
 )
@@ -136,6 +137,7 @@ __all__ = [
     "Turn",
     "TurnEndReason",
     "TurnState",
+    "UnansweredCalls",
     "UnknownToolCall",
     "UnregisteredTool",
     "Unsafe",

@@ -203,6 +203,8 @@ class ToolRegistry:
     def _register(self, name: str, fn: ToolFn, effects: object) -> Tool:
         if not isinstance(name, str) or not name:
             raise InvalidArgument("name", f"must be a non-empty string, not {name!r}")
+        if effects is Unsafe:
+            effects = Unsafe()  # Unsafe carries nothing: the class itself declares it as well
         if not isinstance(effects, _EFFECT_CLASSES):
             raise MissingEffectClass(name)
         if not callable(fn):

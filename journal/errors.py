@@ -320,3 +320,18 @@ class SessionHasForks(JournalError):
             f"session {self.session_id!r} is read through by its forks {forks}; purge it with "
             "copy_forks=True to give them their own copy first"
         )
+
+
+class UnansweredCalls(JournalError):
+    """A provider transcript was asked for while tool calls still lack a result (recover first)."""
+
+    def __init__(self, session_id: str, call_ids: tuple[str, ...]) -> None:
+        super().__init__(session_id, tuple(call_ids))
+        self.session_id, self.call_ids = session_id, tuple(call_ids)
+
+    def message(self) -> str:
+        calls = ", ".join(repr(c) for c in self.call_ids)
+        return (
+            f"session {self.session_id!r}: tool calls {calls} have no result; a provider would refuse "
+            "this transcript (run recover() first, or use provider_view() to see them)"
+        )

@@ -89,6 +89,7 @@ class ReconcileMixin:
     def reconcile(
         self,
         *,
+        now: float | None = None,
         now_ms: int | None = None,
         context_window: int = DEFAULT_CONTEXT_WINDOW,
         registry: Any = None,
@@ -96,12 +97,21 @@ class ReconcileMixin:
     ) -> list[Decision]:
         """Decide, for every stale running submission, whether to settle, fail, requeue or
         resume it, and make the repairs; one transaction per submission. ``dry_run`` decides
-        and rolls everything back."""
+        and rolls everything back.
+
+        The clock (for lease expiry and timeouts) is the current time, or ``now`` in seconds
+        since the epoch (as ``time.time()``), or ``now_ms`` in milliseconds."""
         if not isinstance(context_window, int) or context_window <= 0:
             raise InvalidArgument("context_window", f"must be a positive int, not {context_window!r}")
-        now = now_ms if now_ms is not None else _log.now_ms()
+        if now is not None and now_ms is not None:
+            raise InvalidArgument("now", "give now (seconds) or now_ms, not both")
+        if now is not None:
+            if not isinstance(now, (int, float)) or isinstance(now, bool):
+                raise InvalidArgument("now", f"must be seconds since the epoch, not {now!r}")
+            now_ms = int(now * 1000)
+        clock_ms = now_ms if now_ms is not None else _log.now_ms()
         with self._store.read() as db:
-            stale, _queued = self._scan_submissions_txn(db, now)  # type: ignore[attr-defined]
+            stale, _queued = self._scan_submissions_txn(db, clock_ms)  # type: ignore[attr-defined]
         if registry is not None and not dry_run:
             for session_id in dict.fromkeys(info.session_id for info in stale):
                 self.recover_effects(registry, session_id=session_id)  # type: ignore[attr-defined]
@@ -109,7 +119,7 @@ class ReconcileMixin:
         for info in stale:
             try:
                 with self._store.write("reconcile") as db:
-                    decision = _reconcile_txn(db, info.id, now, context_window)
+                    decision = _reconcile_txn(db, info.id, clock_ms, context_window)
                     if dry_run:
                         raise _DryRun(decision)
             except _DryRun as planned:

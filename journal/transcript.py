@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from journal import log as _log
-from journal.errors import InvalidArgument, InvalidRange
+from journal.errors import InvalidArgument, InvalidRange, UnansweredCalls
 from journal.model import Event
 from journal.store import Store
 from journal.turns import append_txn
@@ -23,9 +23,17 @@ class TranscriptMixin:
 
     _store: Store
 
-    def messages(self, session_id: str) -> list[Message]:
-        """The transcript a model should see: surface events folded, compactions applied."""
-        return fold(self.events(session_id))  # type: ignore[attr-defined]
+    def messages(self, session_id: str, *, provider: bool = False) -> list[Message]:
+        """The transcript a model should see: surface events folded, compactions applied.
+
+        With ``provider=True``, the messages of ``provider_view``; a call still without a result
+        raises ``UnansweredCalls`` rather than being left out or invented."""
+        if not provider:
+            return fold(self.events(session_id))  # type: ignore[attr-defined]
+        view = self.provider_view(session_id)
+        if view.missing:
+            raise UnansweredCalls(session_id, tuple(m.tool_call_id for m in view.missing))
+        return view.messages
 
     def provider_view(self, session_id: str) -> ProviderView:
         """The transcript shaped for a provider request: each assistant's results right after it

@@ -236,7 +236,7 @@ def _noop(arguments: Any, context: journal.ToolContext) -> str:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{}, {"effects": None}, {"effects": journal.Unsafe}, {"effects": "unsafe"}],
+    [{}, {"effects": None}, {"effects": "unsafe"}, {"effects": journal.Idempotent}],
     ids=["missing", "none", "the-class-not-an-instance", "a-string"],
 )
 def test_registering_a_tool_without_an_effect_class_is_refused(kwargs: dict[str, Any]) -> None:
@@ -587,3 +587,8 @@ def test_recover_with_a_registry_runs_effect_classes_before_the_close_policy(
         assert result.data.get("metadata", {}).get("risk") == risk
         assert j.scan().open_turns == () and j.check() == []
     assert len(world.ledger.entries()) == 1
+
+
+def test_the_unsafe_class_itself_declares_a_tool_unsafe(world: World) -> None:
+    tool = world.registry.register("rm_rf", lambda arguments, context: "gone", effects=journal.Unsafe)
+    assert isinstance(tool.effects, journal.Unsafe)

@@ -270,3 +270,12 @@ def test_a_bot_killed_in_each_phase_is_reconciled_at_once_and_resumed_to_complet
             assert sorted(requested) == sorted(answered) and len(set(answered)) == len(answered)
         assert j.scan().clean and j.check() == []
     assert ledger.repeated("call") == {}
+
+
+def test_reconcile_takes_the_clock_in_seconds_or_milliseconds(j: journal.Journal) -> None:
+    _crash_in_tool_request(j)
+    with pytest.raises(journal.InvalidArgument):
+        j.reconcile(now=1.0, now_ms=1000)
+    assert j.reconcile(now=time.time()) == []  # the lease has a minute to run
+    (decision,) = j.reconcile(now=time.time() + 120)
+    assert decision.action == "new_attempt"

@@ -53,7 +53,11 @@ def test_the_provider_view_of_a_recovered_session_answers_each_call_once_right_a
     j.append(s, "assistant_message", {"content": "partial", "stop_reason": "aborted"})
     before = j.provider_view(s)
     assert sorted(m.tool_call_id for m in before.missing) == ["c0", "c1"]
+    with pytest.raises(journal.UnansweredCalls) as info:
+        j.messages(s, provider=True)
+    assert sorted(info.value.call_ids) == ["c0", "c1"]
     j.recover(s)
+    assert j.messages(s, provider=True) == j.provider_view(s).messages
     view = j.provider_view(s)
     assert view.missing == ()
     roles = [(m.role, m.tool_call_id) for m in view.messages]
