@@ -94,10 +94,17 @@ def append_text_txn(db: Database, session_id: str, type_: str, text: str, time_m
 
 def insert_txn(db: Database, session_id: str, seq: int, type_: str, text: str, time_ms: int) -> None:
     """Insert one validated event, translating the schema's refusals into typed errors."""
+    # The unique indexes hold within a session; these lookups extend them through a fork's
+    # inherited prefix (a call answered or dispatched in the parent is so in the fork too).
     if type_ == "tool_result" and seq > 0:
         call_id = json.loads(text)["tool_call_id"]
         if result_seq_txn(db, session_id, call_id) is not None:
             raise ResultExists(session_id, call_id)
+    elif type_ == "tool_call" and seq > 0:
+        call_id = json.loads(text)["id"]
+        dispatched = dispatch_seq_txn(db, session_id, call_id)
+        if dispatched is not None:
+            raise AlreadyDispatched(session_id, call_id, dispatched)
     try:
         db.execute(_INSERT, (session_id, seq, type_, text, time_ms))
     except _store.ConstraintError as exc:

@@ -120,6 +120,10 @@ def test_a_fork_inherits_no_derived_open_work_and_results_respect_first_write_wi
     assert again.late is not None and again.late.session_id == fork.id
     with pytest.raises(journal.AlreadyDispatched):
         j.dispatch(fork.id, "c")
+    with pytest.raises(journal.AlreadyDispatched):
+        j.append(fork.id, "tool_call", {"id": "c", "name": "t"})
+    with pytest.raises(journal.ResultExists):
+        j.append(fork.id, "tool_result", {"tool_call_id": "c", "content": "again"})
 
 
 def test_fork_to_an_existing_id_is_session_exists(j: journal.Journal, parent: str) -> None:
