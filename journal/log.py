@@ -125,7 +125,7 @@ def _call_row_txn(db: Database, session_id: str, call_id: str, column: str) -> A
     seed = db.value("SELECT seed_length FROM sessions WHERE id = ?", (session_id,))
     if not seed:
         return None
-    for owner, lo, hi in chain_txn(db, session_id)[1:]:
+    for owner, _lo, hi in chain_txn(db, session_id)[1:]:
         value = db.value(
             f"SELECT {column} FROM tool_calls WHERE session_id = ? AND call_id = ? AND {column} < ?",
             (owner, call_id, hi),

@@ -337,7 +337,7 @@ class SubmissionsMixin:
         with self._store.write("fail") as db:
             sub = self._held_txn(db, claim)
             now = _log.now_ms()
-            self._close_turn_txn(db, sub, claim.turn, now, reason="rejected")
+            self._close_turn_txn(db, sub, now, reason="rejected")
             db.execute(
                 "UPDATE submissions SET state = 'failed', outcome = ?, lease_owner = NULL, lease_expires_ms = NULL, "
                 "updated_ms = ? WHERE id = ? AND attempt = ?",
@@ -355,7 +355,7 @@ class SubmissionsMixin:
                 (_log.now_ms(), sub.id, claim.attempt),
             )
 
-    def _close_turn_txn(self, db: Database, sub: Submission, turn: Turn | None, now: int, *, reason: str) -> None:
+    def _close_turn_txn(self, db: Database, sub: Submission, now: int, *, reason: str) -> None:
         start = sub.turn_start_seq
         row = None if start is None else db.one(
             "SELECT turn, steps, step_open FROM turn_journal WHERE session_id = ? AND start_seq = ? AND end_seq IS NULL",
