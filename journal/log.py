@@ -85,6 +85,9 @@ def owner_of(segments: list[Segment], seq: int) -> str:
     return segments[-1][0]
 
 
+_GUARDED = ("tool_result", "tool_call")
+
+
 def append_text_txn(db: Database, session_id: str, type_: str, text: str, time_ms: int) -> int:
     """Append one validated event at the session's next seq, inside the caller's transaction."""
     seq = next_seq_txn(db, session_id)
@@ -199,6 +202,7 @@ class LogMixin:
     _store: Store
     _max_event_bytes: int
     _appends: GroupCommit
+    _next_seqs: dict[str, int]
 
     # -- sessions ------------------------------------------------------------------------------
 
@@ -250,12 +254,29 @@ class LogMixin:
                 "SELECT data = ? FROM events WHERE session_id = ? AND seq = ?", (text, session_id, written[0])
             ) == 1
 
+        guess = self._next_seqs
+
         def work(db: Database) -> int:
-            seq = append_text_txn(db, session_id, type, text, time_ms)
+            # The seq this process last gave the session, plus one, is right unless another
+            # connection appended since; the schema's contiguity trigger refuses a wrong one,
+            # and then the seq is read again.
+            seq = guess.get(session_id)
+            if seq is None or type in _GUARDED:
+                seq = append_text_txn(db, session_id, type, text, time_ms)
+            else:
+                try:
+                    insert_txn(db, session_id, seq, type, text, time_ms)
+                except SchemaViolation:
+                    seq = append_text_txn(db, session_id, type, text, time_ms)
+            guess[session_id] = seq + 1
             written.append(seq)
             return seq
 
-        seq = self._appends.run(work, present=present)
+        try:
+            seq = self._appends.run(work, present=present)
+        except BaseException:
+            guess.clear()  # the transaction may have rolled back what the guesses assumed
+            raise
         return Event(session_id, seq, type, copy, time_ms)
 
     def append_many(self, session_id: str, items: Iterable[tuple[str, dict[str, Any]]]) -> list[Event]:

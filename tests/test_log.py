@@ -174,3 +174,14 @@ def test_events_since_reads_a_primary_key_range_not_the_whole_table(j: journal.J
     )
     assert "SEARCH events USING PRIMARY KEY (session_id=? AND seq>?)" in plan
     assert "SCAN" not in plan
+
+
+def test_g4_two_handles_alternating_appends_stay_contiguous(db_path) -> None:
+    with journal.open(db_path) as a, journal.open(db_path) as b:
+        a.create_session("s")
+        seqs = [(a if i % 3 else b).append("s", "x.e", {"i": i}).seq for i in range(30)]
+        assert seqs == list(range(30))
+        a.purge("s")
+        b.create_session("s")
+        assert a.append("s", "x.e", {}).seq == 0  # a session made anew starts at 0 again
+        assert b.append("s", "x.e", {}).seq == 1
