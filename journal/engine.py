@@ -84,6 +84,7 @@ class Journal(PurgeMixin, EffectsMixin, ReconcileMixin, SubmissionsMixin, Transc
         self._store.checkpoint()
 
     def close(self) -> None:
+        """Close the file. Everything already returned is on disk; closing adds nothing to that."""
         self._store.close()
 
     def __enter__(self) -> Journal:

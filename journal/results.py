@@ -9,9 +9,7 @@ replacing the first.
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -152,12 +150,6 @@ class ResultsMixin:
             seq = _log.next_seq_txn(db, session_id)
             _log.insert_txn(db, session_id, seq, "tool_call", text, time_ms)
         return Dispatch(self, Event(session_id, seq, "tool_call", json.loads(text), time_ms))
-
-    @contextlib.contextmanager
-    def dispatching(self, session_id: str, call_id: str, **fields: Any) -> Iterator[Dispatch]:
-        """``dispatch`` as a context manager (the ``tool_call`` is committed on entry)."""
-        with self.dispatch(session_id, call_id, **fields) as handle:
-            yield handle
 
     def put_result(
         self,

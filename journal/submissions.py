@@ -205,6 +205,7 @@ class SubmissionsMixin:
             return get_submission_txn(db, submission_id)
 
     def submission(self, submission_id: str) -> Submission:
+        """The submission with this id; raises ``SubmissionNotFound``."""
         with self._store.read() as db:
             return get_submission_txn(db, submission_id)
 
