@@ -71,13 +71,18 @@ def _event_at_txn(db: Database, session_id: str, seq: int) -> Event:
 
 def requested_call_txn(db: Database, session_id: str, call_id: str) -> dict[str, Any]:
     """The ``{id, name, arguments}`` an assistant message of the session requested."""
+    return _requested_txn(db, session_id, call_id)[1]
+
+
+def _requested_txn(db: Database, session_id: str, call_id: str) -> tuple[int, dict[str, Any]]:
+    """The seq of the assistant message that requested the call, and the call itself."""
     seq = _log.requested_seq_txn(db, session_id, call_id)
     if seq is None:
         raise UnknownToolCall(session_id, call_id)
     message = _event_at_txn(db, session_id, seq)
     for call in message.data.get("tool_calls") or ():
         if call.get("id") == call_id:
-            return call
+            return seq, call
     raise UnknownToolCall(session_id, call_id)  # pragma: no cover - the trigger read the same list
 
 
@@ -131,9 +136,7 @@ class ResultsMixin:
         # Synced even under durability="normal": the tool runs next, and a power cut must not
         # take the record of a dispatch whose side effect stays (G6).
         with self._store.write("dispatch", synced=True) as db:
-            call = requested_call_txn(db, session_id, call_id)
-            requested_seq = _log.requested_seq_txn(db, session_id, call_id)
-            assert requested_seq is not None
+            requested_seq, call = _requested_txn(db, session_id, call_id)
             dispatched = _log.dispatch_seq_txn(db, session_id, call_id)
             if dispatched is not None:
                 raise AlreadyDispatched(session_id, call_id, dispatched)
