@@ -32,7 +32,7 @@ def test_a_boundary_after_a_closed_turn_forks(j: journal.Journal, parent: str, f
     assert j.append(fork.id, "user_message", {"content": "fork"}).seq == 7
 
 
-def test_a_boundary_inside_a_turn_closed_later_in_the_parent_is_an_open_turn_error(j: journal.Journal, parent: str) -> None:
+def test_g11_a_boundary_inside_a_turn_closed_later_in_the_parent_is_an_open_turn_error(j: journal.Journal, parent: str) -> None:
     _closed_turn(j, parent)  # 7..11
     for boundary in (7, 8, 10):
         with pytest.raises(journal.OpenTurnError) as info:
@@ -41,7 +41,7 @@ def test_a_boundary_inside_a_turn_closed_later_in_the_parent_is_an_open_turn_err
     assert j.fork(parent, 11).seed_length == 12
 
 
-def test_a_boundary_inside_an_open_turn_and_last_with_an_open_final_turn_raise(j: journal.Journal, parent: str) -> None:
+def test_g11_a_boundary_inside_an_open_turn_and_last_with_an_open_final_turn_raise(j: journal.Journal, parent: str) -> None:
     turn = j.turn_start(parent)  # 7
     turn.step_start()  # 8
     with pytest.raises(journal.OpenTurnError) as info:
@@ -56,7 +56,7 @@ def test_a_boundary_inside_an_open_turn_and_last_with_an_open_final_turn_raise(j
     assert j.scan().open_turns == ()
 
 
-def test_the_innermost_open_turn_is_named(j: journal.Journal) -> None:
+def test_g11_the_innermost_open_turn_is_named(j: journal.Journal) -> None:
     s = j.create_session().id
     j.append(s, "turn_start", {"turn": 1})  # 0
     j.append(s, "turn_start", {"turn": 2})  # 1 (nested: only a damaged or hand-made log does this)
@@ -109,7 +109,7 @@ def test_a_fork_of_a_fork_records_its_immediate_parent_and_reads_through_both(j:
     assert child.id == "child"
 
 
-def test_a_fork_inherits_no_derived_open_work_and_results_respect_first_write_wins(j: journal.Journal) -> None:
+def test_g5_a_fork_inherits_no_derived_open_work_and_results_respect_first_write_wins(j: journal.Journal) -> None:
     s = j.create_session().id
     with j.turn(s) as turn, turn.step():
         turn.assistant("", tool_calls=[{"id": "c", "name": "t", "arguments": {}}])
