@@ -32,7 +32,7 @@ import attrs
 
 from journal import log as _log
 from journal.errors import InvalidArgument, MissingEffectClass, NotIndeterminate, SchemaViolation, UnregisteredTool
-from journal.model import Event, OperatorOutcome, Risk, Vocabulary
+from journal.model import EffectKind, Event, OperatorOutcome, Risk, Vocabulary
 from journal.results import PutResult, put_result_txn, requested_call_txn
 from journal.scan import IndeterminateCall, PendingCall
 from journal.store import Database, Store
@@ -59,14 +59,6 @@ __all__ = [
 _logger = logging.getLogger("journal.effects")
 
 SOURCE = "effect_recovery"
-
-
-class EffectKind(Vocabulary):
-    """The effect class's name as recorded in the ``tool_call`` event (``effect``)."""
-
-    IDEMPOTENT = "idempotent"
-    QUERYABLE = "queryable"
-    UNSAFE = "unsafe"
 
 
 class EffectAction(Vocabulary):

@@ -83,6 +83,14 @@ class StopReason(Vocabulary):
     ABORTED = "aborted"
 
 
+class EffectKind(Vocabulary):
+    """The effect class's name as recorded in the ``tool_call`` event (``effect``)."""
+
+    IDEMPOTENT = "idempotent"
+    QUERYABLE = "queryable"
+    UNSAFE = "unsafe"
+
+
 class CallState(Vocabulary):
     """Where a tool call stands: derived from the log, kept in ``tool_calls``."""
 

@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from journal.errors import InvalidEvent
-from journal.model import APP_TYPE_PREFIX, SURFACE_TYPES, OperatorOutcome, StepOutcome, StopReason, TurnEndReason
+from journal.model import APP_TYPE_PREFIX, SURFACE_TYPES, EffectKind, OperatorOutcome, StepOutcome, StopReason, TurnEndReason
 
 DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
 
@@ -50,7 +50,7 @@ _FIELDS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {
             "idempotency_key": _STR,
             "request_id": _STR,
-            "effect": {"idempotent", "queryable", "unsafe"},
+            "effect": {k.value for k in EffectKind},
         },
     ),
     "tool_result_late": ({"tool_call_id": _STR}, {"name": _STR, "is_error": _BOOL, "metadata": _OBJ}),

@@ -138,6 +138,7 @@ def _check_lists(sql: str, column: str) -> list[set[str]]:
         ("end_reason", journal.TurnEndReason),
         ("type", journal.EventType),
         ("resume_mode", ResumeMode),
+        ("effect", journal.EffectKind),
     ],
 )
 def test_schema_check_constraints_list_exactly_the_enums_values(column: str, vocabulary) -> None:
