@@ -88,23 +88,40 @@ def owner_of(segments: list[Segment], seq: int) -> str:
 _GUARDED = ("tool_result", "tool_call")
 
 
-def append_text_txn(db: Database, session_id: str, type_: str, text: str, time_ms: int) -> int:
+def call_id_of(type_: str, data: dict[str, Any]) -> str | None:
+    """The tool call a dispatch or a result is about (``None`` for other events)."""
+    if type_ == "tool_result":
+        return data["tool_call_id"]
+    if type_ == "tool_call":
+        return data["id"]
+    return None
+
+
+def append_text_txn(
+    db: Database, session_id: str, type_: str, text: str, time_ms: int, *, call_id: str | None = None
+) -> int:
     """Append one validated event at the session's next seq, inside the caller's transaction."""
     seq = next_seq_txn(db, session_id)
-    insert_txn(db, session_id, seq, type_, text, time_ms)
+    insert_txn(db, session_id, seq, type_, text, time_ms, call_id=call_id)
     return seq
 
 
-def insert_txn(db: Database, session_id: str, seq: int, type_: str, text: str, time_ms: int) -> None:
-    """Insert one validated event, translating the schema's refusals into typed errors."""
+def insert_txn(
+    db: Database, session_id: str, seq: int, type_: str, text: str, time_ms: int, *, call_id: str | None = None
+) -> None:
+    """Insert one validated event, translating the schema's refusals into typed errors.
+
+    For a dispatch or a result, ``call_id`` saves decoding ``text`` again to find the call."""
+    if type_ in _GUARDED and call_id is None:
+        call_id = call_id_of(type_, json.loads(text))
     # The unique indexes hold within a session; these lookups extend them through a fork's
     # inherited prefix (a call answered or dispatched in the parent is so in the fork too).
     if type_ == "tool_result" and seq > 0:
-        call_id = json.loads(text)["tool_call_id"]
+        assert call_id is not None
         if result_seq_txn(db, session_id, call_id) is not None:
             raise ResultExists(session_id, call_id)
     elif type_ == "tool_call" and seq > 0:
-        call_id = json.loads(text)["id"]
+        assert call_id is not None
         dispatched = dispatch_seq_txn(db, session_id, call_id)
         if dispatched is not None:
             raise AlreadyDispatched(session_id, call_id, dispatched)
@@ -113,10 +130,11 @@ def insert_txn(db: Database, session_id: str, seq: int, type_: str, text: str, t
     except _store.ConstraintError as exc:
         code = exc.extendedresult
         if code == _store.CONSTRAINT_UNIQUE and type_ == "tool_call":
-            call_id = json.loads(text)["id"]
+            assert call_id is not None
             raise AlreadyDispatched(session_id, call_id, dispatch_seq_txn(db, session_id, call_id) or -1) from exc
         if code == _store.CONSTRAINT_UNIQUE and type_ == "tool_result":
-            raise ResultExists(session_id, json.loads(text)["tool_call_id"]) from exc
+            assert call_id is not None
+            raise ResultExists(session_id, call_id) from exc
         raise SchemaViolation(f"append of {type_}", str(exc)) from exc
 
 
@@ -262,7 +280,7 @@ class LogMixin:
             # and then the seq is read again.
             seq = guess.get(session_id)
             if seq is None or type in _GUARDED:
-                seq = append_text_txn(db, session_id, type, text, time_ms)
+                seq = append_text_txn(db, session_id, type, text, time_ms, call_id=call_id_of(type, copy))
             else:
                 try:
                     insert_txn(db, session_id, seq, type, text, time_ms)
@@ -297,7 +315,7 @@ class LogMixin:
             special = any(t in ("tool_result", "tool_call") for t, _ in encoded)
             if special:
                 for offset, (type_, text) in enumerate(encoded):
-                    insert_txn(db, session_id, first + offset, type_, text, time_ms)
+                    insert_txn(db, session_id, first + offset, type_, text, time_ms, call_id=call_id_of(type_, copies[offset]))
             else:
                 try:
                     db.executemany(

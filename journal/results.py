@@ -151,7 +151,7 @@ class ResultsMixin:
                     data[key] = value
             text = encode("tool_call", data)
             seq = _log.next_seq_txn(db, session_id)
-            _log.insert_txn(db, session_id, seq, "tool_call", text, time_ms)
+            _log.insert_txn(db, session_id, seq, "tool_call", text, time_ms, call_id=call_id)
         return Dispatch(self, Event(session_id, seq, "tool_call", json.loads(text), time_ms))
 
     def put_result(
@@ -191,7 +191,7 @@ def put_result_txn(db: Database, session_id: str, call_id: str, text: str, time_
         raise UnknownToolCall(session_id, call_id)
     seq = _log.next_seq_txn(db, session_id)
     try:
-        _log.insert_txn(db, session_id, seq, "tool_result", text, time_ms)
+        _log.insert_txn(db, session_id, seq, "tool_result", text, time_ms, call_id=call_id)
         return PutResult(Event(session_id, seq, "tool_result", json.loads(text), time_ms), won=True)
     except ResultExists:
         pass
