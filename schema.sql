@@ -14,9 +14,6 @@ CREATE TABLE sessions (
     created_ms  INTEGER NOT NULL,
     -- Set (in the same transaction as the deletes) only by purge: the one exception to G3.
     purged_ms   INTEGER,
-    -- Set only inside purge's transaction while a fork is given its own copy of the events it
-    -- read through the purged session: seqs below it are being filled in, in order.
-    copy_until  INTEGER,
     CHECK (parent_id IS NOT NULL OR seed_length = 0)
 ) STRICT;
 
@@ -162,83 +159,98 @@ BEGIN
     SELECT RAISE(ABORT, 'journal: events are append-only (only purge deletes, a whole session)');
 END;
 
--- G4: seq is contiguous from the session's seed length.
+-- G4: seq is contiguous from the session's seed length. An event either continues its own
+-- session's events (the one at seq - 1 is there) or is the session's first (seq = seed_length);
+-- with the primary key refusing a taken seq, that leaves exactly one seq an insert can use. In
+-- the common case this costs one primary-key lookup.
 CREATE TRIGGER events_seq_contiguous BEFORE INSERT ON events
-WHEN NEW.seq IS NOT coalesce(
-    (SELECT max(seq) + 1 FROM events WHERE session_id = NEW.session_id
-        AND seq < coalesce((SELECT copy_until FROM sessions WHERE id = NEW.session_id), 9223372036854775807)),
-    (SELECT seed_length FROM sessions WHERE id = NEW.session_id))
+WHEN NOT EXISTS (SELECT 1 FROM events WHERE session_id = NEW.session_id AND seq = NEW.seq - 1)
+ AND NEW.seq IS NOT (SELECT seed_length FROM sessions WHERE id = NEW.session_id)
 BEGIN
     SELECT RAISE(ABORT, 'journal: seq must continue the session contiguously');
 END;
 
--- Derived state follows the log. A turn_end (step, request) applies to the innermost turn open
--- before it; "before it" matters only while purge copies a prefix under a fork's own events.
-CREATE TRIGGER events_turn_start AFTER INSERT ON events WHEN NEW.type = 'turn_start'
+-- Derived state follows the log: the turn journal and the tool calls. SQLite runs a trigger as
+-- a sub-program whose set-up costs in proportion to its size, even when its WHEN is false; so
+-- the trigger on events is a small gate that lets through only the types that change derived
+-- state, and hands them to the trigger on the view `derived_events`, which does the work. (One
+-- trigger per type cost every message append about 2 µs; the gate costs a fifth of that.)
+CREATE VIEW derived_events AS SELECT session_id, seq, type, data, time_ms FROM events WHERE 0;
+
+CREATE TRIGGER events_derived AFTER INSERT ON events
+WHEN NEW.type = 'turn_start' OR NEW.type = 'turn_end' OR NEW.type = 'step_start'
+  OR NEW.type = 'step_end' OR NEW.type = 'tool_call' OR NEW.type = 'tool_result'
+  OR NEW.type = 'operator_resolution'
+  OR (NEW.type = 'assistant_message' AND json_type(NEW.data, '$.tool_calls') = 'array')
 BEGIN
-    INSERT INTO turn_journal (session_id, start_seq, turn, phase, checkpoint_seq, submission_id,
-                              outer_start)
-    VALUES (NEW.session_id, NEW.seq,
-            CASE WHEN json_type(NEW.data, '$.turn') = 'integer' THEN NEW.data ->> '$.turn' END,
-            'before_provider', NEW.seq, NEW.data ->> '$.submission_id',
-            (SELECT max(start_seq) FROM turn_journal INDEXED BY turn_journal_open
-              WHERE session_id = NEW.session_id AND end_seq IS NULL AND start_seq < NEW.seq));
+    INSERT INTO derived_events VALUES (NEW.session_id, NEW.seq, NEW.type, NEW.data, NEW.time_ms);
 END;
 
-CREATE TRIGGER events_turn_end AFTER INSERT ON events WHEN NEW.type = 'turn_end'
+-- Each statement applies to one type. A turn_end (step, request) applies to the innermost turn
+-- open before it; "before it" matters only while purge copies a prefix under a fork's own events.
+CREATE TRIGGER derived_events_apply INSTEAD OF INSERT ON derived_events
 BEGIN
+    -- turn_start: a new open turn, nested in the one open before it (if any).
+    INSERT INTO turn_journal (session_id, start_seq, turn, phase, checkpoint_seq, submission_id,
+                              outer_start)
+    SELECT NEW.session_id, NEW.seq,
+           CASE WHEN json_type(NEW.data, '$.turn') = 'integer' THEN NEW.data ->> '$.turn' END,
+           'before_provider', NEW.seq, NEW.data ->> '$.submission_id',
+           (SELECT max(start_seq) FROM turn_journal INDEXED BY turn_journal_open
+             WHERE session_id = NEW.session_id AND end_seq IS NULL AND start_seq < NEW.seq)
+     WHERE NEW.type = 'turn_start';
+
+    -- turn_end: the innermost open turn is committed.
     UPDATE turn_journal
        SET phase = 'committed', end_seq = NEW.seq, revision = revision + 1, step_open = 0,
            end_reason = CASE WHEN NEW.data ->> '$.reason' IN ('complete', 'rejected', 'interrupted')
                              THEN NEW.data ->> '$.reason' END
-     WHERE session_id = NEW.session_id
+     WHERE NEW.type = 'turn_end'
+       AND session_id = NEW.session_id
        AND start_seq = (SELECT max(start_seq) FROM turn_journal INDEXED BY turn_journal_open
                          WHERE session_id = NEW.session_id AND end_seq IS NULL AND start_seq < NEW.seq);
-END;
 
-CREATE TRIGGER events_step_start AFTER INSERT ON events WHEN NEW.type = 'step_start'
-BEGIN
+    -- step_start: a step opens in the innermost open turn.
     UPDATE turn_journal SET steps = steps + 1, step_open = 1, revision = revision + 1
-     WHERE session_id = NEW.session_id
+     WHERE NEW.type = 'step_start'
+       AND session_id = NEW.session_id
        AND start_seq = (SELECT max(start_seq) FROM turn_journal INDEXED BY turn_journal_open
                          WHERE session_id = NEW.session_id AND end_seq IS NULL AND start_seq < NEW.seq);
-END;
 
-CREATE TRIGGER events_step_end AFTER INSERT ON events WHEN NEW.type = 'step_end'
-BEGIN
+    -- step_end: the step closes; the turn's checkpoint moves to it.
     UPDATE turn_journal
        SET step_open = 0, phase = 'before_provider', checkpoint_seq = NEW.seq,
            tool_request = NULL, stream_key = NULL, revision = revision + 1
-     WHERE session_id = NEW.session_id
+     WHERE NEW.type = 'step_end'
+       AND session_id = NEW.session_id
        AND start_seq = (SELECT max(start_seq) FROM turn_journal INDEXED BY turn_journal_open
                          WHERE session_id = NEW.session_id AND end_seq IS NULL AND start_seq < NEW.seq);
-END;
 
-CREATE TRIGGER events_tool_request AFTER INSERT ON events
-WHEN NEW.type = 'assistant_message' AND json_type(NEW.data, '$.tool_calls') = 'array'
-BEGIN
+    -- assistant_message with tool_calls: each call is requested; a non-empty request is the
+    -- turn's tool request.
     INSERT INTO tool_calls (session_id, call_id, name, requested_seq, state)
     SELECT NEW.session_id, c.value ->> '$.id', c.value ->> '$.name', NEW.seq, 'requested'
       FROM json_each(NEW.data, '$.tool_calls') AS c
-     WHERE c.type = 'object' AND json_type(c.value, '$.id') = 'text'
+     WHERE NEW.type = 'assistant_message' AND json_type(NEW.data, '$.tool_calls') = 'array'
+       AND c.type = 'object' AND json_type(c.value, '$.id') = 'text'
     ON CONFLICT (session_id, call_id) DO UPDATE
        SET requested_seq = coalesce(requested_seq, excluded.requested_seq),
            name = coalesce(name, excluded.name);
     UPDATE turn_journal
        SET phase = 'tool_request_recorded', tool_request = NEW.data ->> '$.tool_calls',
            checkpoint_seq = NEW.seq, revision = revision + 1
-     WHERE json_array_length(NEW.data, '$.tool_calls') > 0
+     WHERE NEW.type = 'assistant_message' AND json_type(NEW.data, '$.tool_calls') = 'array'
+       AND json_array_length(NEW.data, '$.tool_calls') > 0
        AND session_id = NEW.session_id
        AND start_seq = (SELECT max(start_seq) FROM turn_journal INDEXED BY turn_journal_open
                          WHERE session_id = NEW.session_id AND end_seq IS NULL AND start_seq < NEW.seq);
-END;
 
-CREATE TRIGGER events_dispatch AFTER INSERT ON events WHEN NEW.type = 'tool_call'
-BEGIN
+    -- tool_call (the dispatch record): the call is dispatched, with its effect class.
     INSERT INTO tool_calls (session_id, call_id, name, dispatch_seq, state, effect,
                             idempotency_key, request_id)
-    VALUES (NEW.session_id, NEW.data ->> '$.id', NEW.data ->> '$.name', NEW.seq, 'dispatched',
-            NEW.data ->> '$.effect', NEW.data ->> '$.idempotency_key', NEW.data ->> '$.request_id')
+    SELECT NEW.session_id, NEW.data ->> '$.id', NEW.data ->> '$.name', NEW.seq, 'dispatched',
+           NEW.data ->> '$.effect', NEW.data ->> '$.idempotency_key', NEW.data ->> '$.request_id'
+     WHERE NEW.type = 'tool_call'
     ON CONFLICT (session_id, call_id) DO UPDATE
        SET dispatch_seq = excluded.dispatch_seq,
            state = CASE WHEN state = 'requested' THEN 'dispatched' ELSE state END,
@@ -246,24 +258,21 @@ BEGIN
            effect = excluded.effect,
            idempotency_key = excluded.idempotency_key,
            request_id = excluded.request_id;
-END;
 
-CREATE TRIGGER events_result AFTER INSERT ON events WHEN NEW.type = 'tool_result'
-BEGIN
+    -- tool_result: the call is resolved.
     INSERT INTO tool_calls (session_id, call_id, name, result_seq, state)
-    VALUES (NEW.session_id, NEW.data ->> '$.tool_call_id', NEW.data ->> '$.name', NEW.seq,
-            'resolved')
+    SELECT NEW.session_id, NEW.data ->> '$.tool_call_id', NEW.data ->> '$.name', NEW.seq, 'resolved'
+     WHERE NEW.type = 'tool_result'
     ON CONFLICT (session_id, call_id) DO UPDATE
        SET result_seq = excluded.result_seq, state = 'resolved';
-END;
 
-CREATE TRIGGER events_operator_resolution AFTER INSERT ON events
-WHEN NEW.type = 'operator_resolution'
-BEGIN
+    -- operator_resolution: an indeterminate call is resolved and its notification acknowledged.
     UPDATE tool_calls SET state = 'resolved'
-     WHERE session_id = NEW.session_id AND call_id = NEW.data ->> '$.tool_call_id'
+     WHERE NEW.type = 'operator_resolution'
+       AND session_id = NEW.session_id AND call_id = NEW.data ->> '$.tool_call_id'
        AND state = 'indeterminate';
     UPDATE notifications SET acked_ms = NEW.time_ms
-     WHERE session_id = NEW.session_id AND call_id = NEW.data ->> '$.tool_call_id'
+     WHERE NEW.type = 'operator_resolution'
+       AND session_id = NEW.session_id AND call_id = NEW.data ->> '$.tool_call_id'
        AND acked_ms IS NULL;
 END;

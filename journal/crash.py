@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 # The operations whose commits are crash points (DESIGN §9). Each gives two points.
 OPERATIONS = (
     "create_schema",
+    "migrate_schema",
     "create_session",
     "append",
     "append_many",

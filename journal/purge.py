@@ -31,14 +31,13 @@ class PurgeResult:
 def _copy_prefix_txn(db: Database, fork_id: str, seed_length: int) -> None:
     """Give a fork its own rows for the events it read through its parent (seqs kept)."""
     rows = _log.read_rows_txn(db, fork_id, 0, seed_length)
-    db.execute(
-        "UPDATE sessions SET parent_id = NULL, seed_length = 0, copy_until = ? WHERE id = ?", (seed_length, fork_id)
-    )
+    # seed_length 0 first: the schema's contiguity trigger then takes the copied events as the
+    # session's own, from seq 0, below the ones it already has.
+    db.execute("UPDATE sessions SET parent_id = NULL, seed_length = 0 WHERE id = ?", (fork_id,))
     db.executemany(
         "INSERT INTO events (session_id, seq, type, data, time_ms) VALUES (?, ?, ?, ?, ?)",
         [(fork_id, seq, type_, data, time_ms) for seq, type_, data, time_ms in rows],
     )
-    db.execute("UPDATE sessions SET copy_until = NULL WHERE id = ?", (fork_id,))
 
 
 class PurgeMixin:

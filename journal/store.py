@@ -34,7 +34,8 @@ from journal.errors import (
 from journal.model import Durability
 
 APPLICATION_ID = 0x4A524E4C  # "JRNL"
-SCHEMA_VERSION = 1
+# 2: the derived-state triggers became one gate trigger and a view; the seq trigger one lookup.
+SCHEMA_VERSION = 2
 SQLITE_HEADER = b"SQLite format 3\x00"
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
 
@@ -48,6 +49,33 @@ ConstraintError = apsw.ConstraintError
 def schema_sql() -> str:
     """The text of ``schema.sql`` as shipped inside the package."""
     return resources.files("journal").joinpath("schema.sql").read_text(encoding="utf-8")
+
+
+def schema_statements(kinds: tuple[str, ...]) -> list[str]:
+    """The statements of ``schema.sql`` that create these kinds of object (``"TRIGGER"``, …)."""
+    out, buffer = [], ""
+    for line in schema_sql().splitlines(keepends=True):
+        if not buffer and (not line.strip() or line.lstrip().startswith("--")):
+            continue
+        buffer += line
+        if apsw.complete(buffer):
+            if buffer.split(None, 2)[1].upper() in kinds:
+                out.append(buffer.strip())
+            buffer = ""
+    return out
+
+
+def _migrate_1(db: Database) -> None:
+    """Version 1 to 2: new triggers and view; the column only the old seq trigger read goes."""
+    for kind, name in list(db.execute("SELECT type, name FROM sqlite_schema WHERE type IN ('trigger', 'view')")):
+        db.execute(f'DROP {kind.upper()} "{name}"')
+    db.execute("ALTER TABLE sessions DROP COLUMN copy_until")
+    for statement in schema_statements(("VIEW", "TRIGGER")):
+        db.execute(statement)
+
+
+# Each migration takes a file from its version to the next, inside the opening transaction.
+MIGRATIONS: dict[int, Callable[[Database], None]] = {1: _migrate_1}
 
 
 def _translate(
@@ -209,7 +237,19 @@ class Store:
         if version == SCHEMA_VERSION:
             return
         if self.readonly:
+            if version in MIGRATIONS:
+                return  # an older journal: its tables read the same; the next writer migrates it
             raise NotAJournal(self.path, "an empty database (open it writable once to create it)")
+        if version in MIGRATIONS:
+            with self.write("migrate_schema") as db:
+                version = db.value("PRAGMA user_version")  # again, inside the write lock
+                if version > SCHEMA_VERSION:
+                    raise SchemaTooNew(self.path, version, SCHEMA_VERSION)
+                while version in MIGRATIONS:
+                    MIGRATIONS[version](db)
+                    version += 1
+                    db.execute(f"PRAGMA user_version = {version}")
+            return
         with self.write("create_schema") as db:
             # Re-read inside the write lock: another process may have created it meanwhile.
             version = db.value("PRAGMA user_version")

@@ -186,7 +186,9 @@ def test_every_crash_point_is_reached_by_the_workload_or_the_operations_script(t
     assert done.returncode == 0, done.stderr
     reached = set(done.stdout.split()) | set(_points_reached_by_workload())
     assert set(OTHER_POINTS) <= reached
-    assert set(crash.POINTS) <= reached, sorted(set(crash.POINTS) - reached)
+    # migrate_schema's points need a file of an older version: tests/test_migrate.py has them.
+    wanted = {p for p in crash.POINTS if not p.startswith("migrate_schema.")}
+    assert wanted <= reached, sorted(wanted - reached)
 
 
 def _points_reached_by_workload() -> list[str]:

@@ -89,14 +89,36 @@ def test_g3_raw_update_and_delete_on_events_fail(j: journal.Journal, db_path, sq
     assert [e.data for e in j.events("s")] == [{"content": "keep me"}]
 
 
-def test_g4_raw_insert_with_a_gap_is_refused_by_the_schema(j: journal.Journal, db_path) -> None:
+@pytest.mark.parametrize(
+    ("session", "seq", "code"),
+    [
+        ("s", 5, apsw.SQLITE_CONSTRAINT_TRIGGER),  # a gap after 0..2
+        ("s", 1, apsw.SQLITE_CONSTRAINT_PRIMARYKEY),  # a taken seq
+        ("empty", 1, apsw.SQLITE_CONSTRAINT_TRIGGER),  # an empty session starts at 0
+        ("f", 1, apsw.SQLITE_CONSTRAINT_TRIGGER),  # below a fork's seed length (2)
+        ("f", 0, apsw.SQLITE_CONSTRAINT_TRIGGER),
+        ("f", 3, apsw.SQLITE_CONSTRAINT_TRIGGER),  # a fork starts at its seed length
+    ],
+)
+def test_g4_raw_insert_off_the_sessions_next_seq_is_refused_by_the_schema(
+    j: journal.Journal, db_path, session: str, seq: int, code: int
+) -> None:
     j.create_session("s")
+    j.create_session("empty")
+    j.append_many("s", [("user_message", {"content": str(i)}) for i in range(3)])
+    j.fork("s", 1, id="f")
     conn = apsw.Connection(str(db_path))
     try:
-        with pytest.raises(apsw.ConstraintError):
-            conn.execute("INSERT INTO events VALUES ('s', 1, 'x.gap', '{}', 0)")
+        with pytest.raises(apsw.ConstraintError) as info:
+            conn.execute("INSERT INTO events VALUES (?, ?, 'x.raw', '{}', 0)", (session, seq))
+        assert info.value.extendedresult == code
+        # and the one seq that continues each session is taken
+        conn.execute("INSERT INTO events VALUES ('s', 3, 'x.raw', '{}', 0)")
+        conn.execute("INSERT INTO events VALUES ('empty', 0, 'x.raw', '{}', 0)")
+        conn.execute("INSERT INTO events VALUES ('f', 2, 'x.raw', '{}', 0)")
     finally:
         conn.close()
+    assert [j.count(s) for s in ("s", "empty", "f")] == [4, 1, 3]
 
 
 class _Unjsonable:

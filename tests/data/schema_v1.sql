@@ -1,0 +1,269 @@
+-- The journal's schema: the one definition. journal/store.py applies it to a new file inside one
+-- transaction and stamps PRAGMA application_id and PRAGMA user_version (see store.py).
+--
+-- `events` is the log; every other table is derived state, kept in step with the log by the
+-- triggers at the end of this file (so it follows every append, whichever API made it) or by the
+-- engine in the same transaction. `journal check` recomputes it from the log.
+
+CREATE TABLE sessions (
+    id          TEXT PRIMARY KEY CHECK (length(id) BETWEEN 1 AND 256),
+    parent_id   TEXT REFERENCES sessions (id),
+    -- Events with seq < seed_length are read through the parent (a fork copies nothing).
+    seed_length INTEGER NOT NULL DEFAULT 0 CHECK (seed_length >= 0),
+    meta        TEXT CHECK (meta IS NULL OR json_valid(meta)),
+    created_ms  INTEGER NOT NULL,
+    -- Set (in the same transaction as the deletes) only by purge: the one exception to G3.
+    purged_ms   INTEGER,
+    -- Set only inside purge's transaction while a fork is given its own copy of the events it
+    -- read through the purged session: seqs below it are being filled in, in order.
+    copy_until  INTEGER,
+    CHECK (parent_id IS NOT NULL OR seed_length = 0)
+) STRICT;
+
+CREATE INDEX sessions_parent ON sessions (parent_id) WHERE parent_id IS NOT NULL;
+
+CREATE TABLE events (
+    session_id TEXT NOT NULL REFERENCES sessions (id),
+    seq        INTEGER NOT NULL CHECK (seq >= 0),
+    -- Written as a chain of = rather than IN (...): SQLite builds an ephemeral index for an IN
+    -- list on every insert, which costs more than the rest of this CHECK.
+    type       TEXT NOT NULL CHECK (
+        type = 'system_message' OR type = 'user_message' OR type = 'assistant_message'
+        OR type = 'tool_result' OR type = 'tool_call' OR type = 'tool_result_late'
+        OR type = 'turn_start' OR type = 'turn_end' OR type = 'step_start' OR type = 'step_end'
+        OR type = 'stream_interrupted' OR type = 'stream_continued'
+        OR type = 'submission_interrupted' OR type = 'operator_resolution'
+        OR (type LIKE 'x.%' AND length(type) > 2)
+    ),
+    data       TEXT NOT NULL CHECK (json_valid(data) AND json_type(data) = 'object'),
+    time_ms    INTEGER NOT NULL,
+    PRIMARY KEY (session_id, seq)
+) STRICT, WITHOUT ROWID;
+
+-- G5: at most one result per (session, tool call); G6's record: one dispatch per call.
+CREATE UNIQUE INDEX events_one_result
+    ON events (session_id, data ->> '$.tool_call_id') WHERE type = 'tool_result';
+CREATE UNIQUE INDEX events_one_dispatch
+    ON events (session_id, data ->> '$.id') WHERE type = 'tool_call';
+-- Turn numbering and fork checks find the latest turn boundary without reading the log.
+CREATE INDEX events_turns ON events (session_id, seq) WHERE type IN ('turn_start', 'turn_end');
+
+-- One row per turn; the open ones (end_seq IS NULL) are what the restart scan lists.
+CREATE TABLE turn_journal (
+    session_id     TEXT NOT NULL REFERENCES sessions (id),
+    start_seq      INTEGER NOT NULL,
+    turn           INTEGER,
+    phase          TEXT NOT NULL CHECK (
+        phase IN ('before_provider', 'provider_started', 'tool_request_recorded', 'committed')),
+    attempt        INTEGER NOT NULL DEFAULT 1 CHECK (attempt >= 1),
+    revision       INTEGER NOT NULL DEFAULT 0 CHECK (revision >= 0),
+    checkpoint_seq INTEGER NOT NULL,
+    tool_request   TEXT CHECK (tool_request IS NULL OR json_valid(tool_request)),
+    stream_key     TEXT,
+    steps          INTEGER NOT NULL DEFAULT 0 CHECK (steps >= 0),
+    step_open      INTEGER NOT NULL DEFAULT 0 CHECK (step_open IN (0, 1)),
+    submission_id  TEXT,
+    -- The turn that was innermost open when this one started (nested turns come only from
+    -- damaged or hand-made logs); fork walks it to find the innermost turn open at a boundary.
+    outer_start    INTEGER,
+    end_seq        INTEGER,
+    end_reason     TEXT CHECK (end_reason IS NULL OR end_reason IN ('complete', 'rejected', 'interrupted')),
+    PRIMARY KEY (session_id, start_seq),
+    CHECK ((end_seq IS NULL) = (phase <> 'committed'))
+) STRICT, WITHOUT ROWID;
+
+-- The triggers and the scan name this index (INDEXED BY): without statistics the planner would
+-- otherwise walk every turn of a session through the primary key.
+CREATE INDEX turn_journal_open ON turn_journal (session_id, start_seq) WHERE end_seq IS NULL;
+
+-- Where each tool call stands, derived from the log.
+CREATE TABLE tool_calls (
+    session_id      TEXT NOT NULL REFERENCES sessions (id),
+    call_id         TEXT NOT NULL,
+    name            TEXT,
+    requested_seq   INTEGER,
+    dispatch_seq    INTEGER,
+    result_seq      INTEGER,
+    state           TEXT NOT NULL CHECK (
+        state IN ('requested', 'dispatched', 'resolved', 'indeterminate')),
+    effect          TEXT CHECK (effect IS NULL OR effect IN ('idempotent', 'queryable', 'unsafe')),
+    idempotency_key TEXT,
+    request_id      TEXT,
+    PRIMARY KEY (session_id, call_id)
+) STRICT, WITHOUT ROWID;
+
+CREATE INDEX tool_calls_owed ON tool_calls (session_id, requested_seq) WHERE result_seq IS NULL;
+CREATE INDEX tool_calls_dispatched ON tool_calls (session_id) WHERE state = 'dispatched';
+CREATE INDEX tool_calls_indeterminate ON tool_calls (session_id) WHERE state = 'indeterminate';
+
+-- Streamed segments of a provider response, first write wins per (stream_key, idx).
+CREATE TABLE stream_chunks (
+    stream_key TEXT NOT NULL,
+    idx        INTEGER NOT NULL CHECK (idx >= 0),
+    session_id TEXT NOT NULL REFERENCES sessions (id),
+    content    TEXT NOT NULL,
+    time_ms    INTEGER NOT NULL,
+    consumed   INTEGER NOT NULL DEFAULT 0 CHECK (consumed IN (0, 1)),
+    PRIMARY KEY (stream_key, idx)
+) STRICT, WITHOUT ROWID;
+
+-- The durable input queue.
+CREATE TABLE submissions (
+    id               TEXT PRIMARY KEY,
+    session_id       TEXT NOT NULL REFERENCES sessions (id),
+    type             TEXT NOT NULL CHECK (type IN ('user_message', 'system_message', 'tool_result') OR type LIKE 'x.%'),
+    data             TEXT NOT NULL CHECK (json_valid(data) AND json_type(data) = 'object'),
+    state            TEXT NOT NULL CHECK (state IN ('queued', 'running', 'completed', 'failed')),
+    attempt          INTEGER NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+    max_attempts     INTEGER NOT NULL CHECK (max_attempts >= 1),
+    timeout_s        REAL NOT NULL CHECK (timeout_s > 0),
+    created_ms       INTEGER NOT NULL,
+    updated_ms       INTEGER NOT NULL,
+    lease_owner      TEXT,
+    lease_expires_ms INTEGER,
+    input_seq        INTEGER,
+    turn_start_seq   INTEGER,
+    -- Set by the reconciler when it starts a new attempt: how the next worker should resume.
+    resume_mode      TEXT CHECK (resume_mode IS NULL OR resume_mode IN (
+        'input_only', 'stream_continuation', 'tool_results', 'tool_results_partial',
+        'transient_retry', 'overflow', 'aborted_partial')),
+    outcome          TEXT,
+    CHECK ((state = 'running') = (lease_owner IS NOT NULL)),
+    CHECK (attempt <= max_attempts)
+) STRICT;
+
+-- A session's queue is in rowid (submission) order.
+CREATE INDEX submissions_queued ON submissions (session_id) WHERE state = 'queued';
+CREATE INDEX submissions_running ON submissions (lease_expires_ms) WHERE state = 'running';
+
+-- A durable outbox of operator notifications (indeterminate calls).
+CREATE TABLE notifications (
+    id         INTEGER PRIMARY KEY,
+    session_id TEXT NOT NULL REFERENCES sessions (id),
+    call_id    TEXT NOT NULL,
+    kind       TEXT NOT NULL CHECK (kind IN ('indeterminate')),
+    data       TEXT NOT NULL CHECK (json_valid(data)),
+    created_ms INTEGER NOT NULL,
+    acked_ms   INTEGER,
+    UNIQUE (session_id, call_id, kind)
+) STRICT;
+
+CREATE INDEX notifications_pending ON notifications (created_ms) WHERE acked_ms IS NULL;
+
+-- G3: the log is append-only. The one exception is purge, which marks the session first.
+CREATE TRIGGER events_no_update BEFORE UPDATE ON events
+BEGIN
+    SELECT RAISE(ABORT, 'journal: events are append-only');
+END;
+
+CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+WHEN (SELECT purged_ms FROM sessions WHERE id = OLD.session_id) IS NULL
+BEGIN
+    SELECT RAISE(ABORT, 'journal: events are append-only (only purge deletes, a whole session)');
+END;
+
+-- G4: seq is contiguous from the session's seed length.
+CREATE TRIGGER events_seq_contiguous BEFORE INSERT ON events
+WHEN NEW.seq IS NOT coalesce(
+    (SELECT max(seq) + 1 FROM events WHERE session_id = NEW.session_id
+        AND seq < coalesce((SELECT copy_until FROM sessions WHERE id = NEW.session_id), 9223372036854775807)),
+    (SELECT seed_length FROM sessions WHERE id = NEW.session_id))
+BEGIN
+    SELECT RAISE(ABORT, 'journal: seq must continue the session contiguously');
+END;
+
+-- Derived state follows the log. A turn_end (step, request) applies to the innermost turn open
+-- before it; "before it" matters only while purge copies a prefix under a fork's own events.
+CREATE TRIGGER events_turn_start AFTER INSERT ON events WHEN NEW.type = 'turn_start'
+BEGIN
+    INSERT INTO turn_journal (session_id, start_seq, turn, phase, checkpoint_seq, submission_id,
+                              outer_start)
+    VALUES (NEW.session_id, NEW.seq,
+            CASE WHEN json_type(NEW.data, '$.turn') = 'integer' THEN NEW.data ->> '$.turn' END,
+            'before_provider', NEW.seq, NEW.data ->> '$.submission_id',
+            (SELECT max(start_seq) FROM turn_journal INDEXED BY turn_journal_open
+              WHERE session_id = NEW.session_id AND end_seq IS NULL AND start_seq < NEW.seq));
+END;
+
+CREATE TRIGGER events_turn_end AFTER INSERT ON events WHEN NEW.type = 'turn_end'
+BEGIN
+    UPDATE turn_journal
+       SET phase = 'committed', end_seq = NEW.seq, revision = revision + 1, step_open = 0,
+           end_reason = CASE WHEN NEW.data ->> '$.reason' IN ('complete', 'rejected', 'interrupted')
+                             THEN NEW.data ->> '$.reason' END
+     WHERE session_id = NEW.session_id
+       AND start_seq = (SELECT max(start_seq) FROM turn_journal INDEXED BY turn_journal_open
+                         WHERE session_id = NEW.session_id AND end_seq IS NULL AND start_seq < NEW.seq);
+END;
+
+CREATE TRIGGER events_step_start AFTER INSERT ON events WHEN NEW.type = 'step_start'
+BEGIN
+    UPDATE turn_journal SET steps = steps + 1, step_open = 1, revision = revision + 1
+     WHERE session_id = NEW.session_id
+       AND start_seq = (SELECT max(start_seq) FROM turn_journal INDEXED BY turn_journal_open
+                         WHERE session_id = NEW.session_id AND end_seq IS NULL AND start_seq < NEW.seq);
+END;
+
+CREATE TRIGGER events_step_end AFTER INSERT ON events WHEN NEW.type = 'step_end'
+BEGIN
+    UPDATE turn_journal
+       SET step_open = 0, phase = 'before_provider', checkpoint_seq = NEW.seq,
+           tool_request = NULL, stream_key = NULL, revision = revision + 1
+     WHERE session_id = NEW.session_id
+       AND start_seq = (SELECT max(start_seq) FROM turn_journal INDEXED BY turn_journal_open
+                         WHERE session_id = NEW.session_id AND end_seq IS NULL AND start_seq < NEW.seq);
+END;
+
+CREATE TRIGGER events_tool_request AFTER INSERT ON events
+WHEN NEW.type = 'assistant_message' AND json_type(NEW.data, '$.tool_calls') = 'array'
+BEGIN
+    INSERT INTO tool_calls (session_id, call_id, name, requested_seq, state)
+    SELECT NEW.session_id, c.value ->> '$.id', c.value ->> '$.name', NEW.seq, 'requested'
+      FROM json_each(NEW.data, '$.tool_calls') AS c
+     WHERE c.type = 'object' AND json_type(c.value, '$.id') = 'text'
+    ON CONFLICT (session_id, call_id) DO UPDATE
+       SET requested_seq = coalesce(requested_seq, excluded.requested_seq),
+           name = coalesce(name, excluded.name);
+    UPDATE turn_journal
+       SET phase = 'tool_request_recorded', tool_request = NEW.data ->> '$.tool_calls',
+           checkpoint_seq = NEW.seq, revision = revision + 1
+     WHERE json_array_length(NEW.data, '$.tool_calls') > 0
+       AND session_id = NEW.session_id
+       AND start_seq = (SELECT max(start_seq) FROM turn_journal INDEXED BY turn_journal_open
+                         WHERE session_id = NEW.session_id AND end_seq IS NULL AND start_seq < NEW.seq);
+END;
+
+CREATE TRIGGER events_dispatch AFTER INSERT ON events WHEN NEW.type = 'tool_call'
+BEGIN
+    INSERT INTO tool_calls (session_id, call_id, name, dispatch_seq, state, effect,
+                            idempotency_key, request_id)
+    VALUES (NEW.session_id, NEW.data ->> '$.id', NEW.data ->> '$.name', NEW.seq, 'dispatched',
+            NEW.data ->> '$.effect', NEW.data ->> '$.idempotency_key', NEW.data ->> '$.request_id')
+    ON CONFLICT (session_id, call_id) DO UPDATE
+       SET dispatch_seq = excluded.dispatch_seq,
+           state = CASE WHEN state = 'requested' THEN 'dispatched' ELSE state END,
+           name = coalesce(name, excluded.name),
+           effect = excluded.effect,
+           idempotency_key = excluded.idempotency_key,
+           request_id = excluded.request_id;
+END;
+
+CREATE TRIGGER events_result AFTER INSERT ON events WHEN NEW.type = 'tool_result'
+BEGIN
+    INSERT INTO tool_calls (session_id, call_id, name, result_seq, state)
+    VALUES (NEW.session_id, NEW.data ->> '$.tool_call_id', NEW.data ->> '$.name', NEW.seq,
+            'resolved')
+    ON CONFLICT (session_id, call_id) DO UPDATE
+       SET result_seq = excluded.result_seq, state = 'resolved';
+END;
+
+CREATE TRIGGER events_operator_resolution AFTER INSERT ON events
+WHEN NEW.type = 'operator_resolution'
+BEGIN
+    UPDATE tool_calls SET state = 'resolved'
+     WHERE session_id = NEW.session_id AND call_id = NEW.data ->> '$.tool_call_id'
+       AND state = 'indeterminate';
+    UPDATE notifications SET acked_ms = NEW.time_ms
+     WHERE session_id = NEW.session_id AND call_id = NEW.data ->> '$.tool_call_id'
+       AND acked_ms IS NULL;
+END;

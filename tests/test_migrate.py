@@ -1,0 +1,155 @@
+"""An older journal (schema version 1) is brought to the current version when it is opened.
+
+`tests/data/schema_v1.sql` is schema.sql as version 1 shipped it. A version-1 file is made with
+it and filled through raw SQL (its own triggers derive the turn journal and the tool calls), then
+opened by the library: the migration runs in one transaction, keeps every row, and leaves a file
+that behaves exactly like a new one (G13: never downgraded; a read-only open migrates nothing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import signal
+from pathlib import Path
+
+import apsw
+import pytest
+
+import journal
+from journal import crash, store
+
+from .conftest import run_child
+
+V1_SCHEMA = (Path(__file__).parent / "data" / "schema_v1.sql").read_text(encoding="utf-8")
+
+CALLS = [{"id": "c1", "name": "read_file", "arguments": {}}, {"id": "c2", "name": "write_file", "arguments": {}}]
+EVENTS = [
+    ("turn_start", {"turn": 1}),
+    ("user_message", {"content": "tidy up"}),
+    ("step_start", {"turn": 1, "step": 1}),
+    ("assistant_message", {"content": "", "tool_calls": CALLS}),
+    ("tool_call", {"id": "c1", "name": "read_file"}),
+    ("tool_result", {"tool_call_id": "c1", "content": "ok"}),
+    ("tool_call", {"id": "c2", "name": "write_file"}),
+    ("tool_result", {"tool_call_id": "c2", "content": "written"}),
+    ("step_end", {"turn": 1, "step": 1, "outcome": "tool_results"}),
+    ("turn_end", {"steps": 1, "reason": "complete", "turn": 1}),
+    ("turn_start", {"turn": 2}),  # left open: the restart scan must still find it
+]
+
+
+def make_v1_journal(path: Path) -> None:
+    """A version-1 journal: session `s` with EVENTS, and a fork `f` of its first 10 with one more."""
+    conn = apsw.Connection(str(path))
+    conn.pragma("journal_mode", "wal")
+    with conn:
+        conn.execute(V1_SCHEMA)
+        conn.pragma("application_id", store.APPLICATION_ID)
+        conn.pragma("user_version", 1)
+        conn.execute("INSERT INTO sessions (id, created_ms) VALUES ('s', 1)")
+        for seq, (type_, data) in enumerate(EVENTS):
+            conn.execute("INSERT INTO events VALUES ('s', ?, ?, ?, ?)", (seq, type_, json.dumps(data), 10 + seq))
+        conn.execute("INSERT INTO sessions (id, parent_id, seed_length, created_ms) VALUES ('f', 's', 10, 2)")
+        conn.execute("INSERT INTO events VALUES ('f', 10, 'user_message', '{\"content\":\"forked\"}', 99)")
+    conn.close()
+
+
+def rows(path: Path) -> dict[str, list[tuple]]:
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return {
+            table: sorted(conn.execute(f"SELECT * FROM {table}"))
+            for table in ("events", "turn_journal", "tool_calls")
+        } | {"sessions": sorted(conn.execute("SELECT id, parent_id, seed_length, meta, created_ms FROM sessions"))}
+    finally:
+        conn.close()
+
+
+def schema_objects(path: Path) -> set[tuple[str, str]]:
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return set(conn.execute("SELECT type, name FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%'"))
+    finally:
+        conn.close()
+
+
+def test_a_version_1_journal_is_migrated_keeping_every_row(tmp_path: Path) -> None:
+    old = tmp_path / "old.db"
+    make_v1_journal(old)
+    before = rows(old)
+    with journal.open(old) as j:
+        assert j.check() == []
+        assert [e.type for e in j.events("s")] == [t for t, _ in EVENTS]
+        assert [e.seq for e in j.events("f")] == list(range(11))
+        assert [t.start_seq for t in j.scan().open_turns] == [10]
+    assert rows(old) == before
+    new = tmp_path / "new.db"
+    journal.open(new).close()
+    assert schema_objects(old) == schema_objects(new)  # the same tables, indexes, views, triggers
+    conn = apsw.Connection(str(old))
+    assert conn.pragma("user_version") == store.SCHEMA_VERSION
+    assert "copy_until" not in {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
+    assert conn.pragma("integrity_check") == "ok"
+    conn.close()
+
+
+def test_a_migrated_journal_works_like_a_new_one(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    make_v1_journal(path)
+    with journal.open(path) as j:
+        j.recover("s")  # closes turn 2 through the new triggers
+        assert j.scan().open_turns == ()
+        j.append("s", "user_message", {"content": "after the migration"})
+        j.append("s", "user_message", {"content": "and again"})
+        assert not j.put_result("s", "c1", "twice").won  # the stored result still wins (G5)
+        # Purge gives the fork its own copy under its own events: version 1's seq trigger
+        # needed a column for this that version 2 no longer has.
+        result = j.purge("s", copy_forks=True)
+        assert result.forks_copied == ("f",)
+        assert [e.seq for e in j.events("f")] == list(range(11))
+        assert j.check() == []
+
+
+def test_a_read_only_open_of_a_version_1_journal_reads_it_and_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    make_v1_journal(path)
+    apsw.Connection(str(path)).close()  # fold the WAL in, so the bytes below are the whole file
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    with journal.open(path, readonly=True) as j:
+        assert j.count("s") == len(EVENTS)
+        assert j.check() == []
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == digest
+
+
+def test_the_migration_passes_both_of_its_crash_points(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    make_v1_journal(path)
+    reached: list[str] = []
+    with crash.observing(reached.append):
+        journal.open(path).close()
+    assert reached == ["migrate_schema.before_commit", "migrate_schema.after_commit"]
+
+
+MIGRATE_CHILD = """
+import sys, journal
+journal.open(sys.argv[1]).close()
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("point", ["migrate_schema.before_commit", "migrate_schema.after_commit"])
+def test_a_kill_during_the_migration_leaves_a_file_the_next_open_migrates(tmp_path: Path, point: str) -> None:
+    path = tmp_path / "old.db"
+    make_v1_journal(path)
+    before = rows(path)
+    done = run_child(MIGRATE_CHILD, str(path), env={"JOURNAL_CRASH_AT": point})
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    conn = apsw.Connection(str(path))
+    version = conn.pragma("user_version")
+    conn.close()
+    assert version == (1 if point.endswith("before_commit") else store.SCHEMA_VERSION)
+    with journal.open(path) as j:
+        assert j.integrity_check() == ["ok"]
+        assert j.check() == []
+    assert rows(path) == before
