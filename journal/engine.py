@@ -27,7 +27,8 @@ class Journal(PurgeMixin, EffectsMixin, ReconcileMixin, SubmissionsMixin, Transc
     """An open journal file. Use it as a context manager, or call ``close()``.
 
     One ``Journal`` may be shared by the threads of a process; each public write is one
-    ``BEGIN IMMEDIATE`` transaction, durable when the call returns (G1).
+    ``BEGIN IMMEDIATE`` transaction (a lone append: one autocommit ``INSERT``), durable when the
+    call returns (G1).
     """
 
     def __init__(self, store: Store, *, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:

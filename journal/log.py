@@ -198,6 +198,12 @@ def read_rows_txn(
     return out
 
 
+def _stored(db: Database, row: tuple[str, int, str, str, int]) -> bool:
+    """Whether this exact event (session, seq, data) is in the file: after a failed commit."""
+    session_id, seq, _type, text, _time = row
+    return db.value("SELECT data = ? FROM events WHERE session_id = ? AND seq = ?", (text, session_id, seq)) == 1
+
+
 def _session_from_row(db: Database, row: Sequence[Any]) -> Session:
     sid, parent, seed, meta, created = row
     last = db.value("SELECT max(seq) FROM events WHERE session_id = ?", (sid,))
@@ -265,14 +271,26 @@ class LogMixin:
         durable when it returns, and the fsyncs are shared."""
         text, copy = encode_copy(type, data, max_bytes=self._max_event_bytes)
         time_ms = now_ms()
+        guess = self._next_seqs
+        seq = guess.get(session_id)
+        if seq is not None and type not in _GUARDED:
+            # The common case: this process gave the session its last seq, so the INSERT alone
+            # is the whole transaction. The schema's contiguity trigger refuses a stale seq
+            # (another connection appended since); the seq is then read inside a transaction.
+            row = (session_id, seq, type, text, time_ms)
+            try:
+                if self._appends.run_one(_INSERT, row, present=lambda db: _stored(db, row)):
+                    guess[session_id] = seq + 1
+                    return Event(session_id, seq, type, copy, time_ms)
+            except SchemaViolation:
+                guess.pop(session_id, None)
+            except BaseException:
+                guess.clear()
+                raise
         written: list[int] = []
 
         def present(db: Database) -> bool:
-            return bool(written) and db.value(
-                "SELECT data = ? FROM events WHERE session_id = ? AND seq = ?", (text, session_id, written[0])
-            ) == 1
-
-        guess = self._next_seqs
+            return bool(written) and _stored(db, (session_id, written[0], type, text, time_ms))
 
         def work(db: Database) -> int:
             # The seq this process last gave the session, plus one, is right unless another

@@ -315,6 +315,36 @@ class Store:
                 if upgrade:
                     self._restore_synchronous()
 
+    def write_one(
+        self, operation: str, sql: str, bindings: Any, *, present: Callable[[Database], bool] | None = None
+    ) -> bool:
+        """Run one statement as a transaction of its own; ``False`` if it did not run because
+        another thread holds the connection or a crash point is armed (then use ``write``).
+
+        A single statement outside ``BEGIN`` is SQLite's autocommit transaction: it takes the
+        write lock when it starts (waiting in the busy handler as ``BEGIN IMMEDIATE`` does, since
+        nothing was read before it) and commits when it ends, saving two statements of three.
+        An error cannot be placed before or after the commit, so one that is not a refusal by
+        the schema has the outcome of a failed COMMIT: unknown, unless ``present`` finds the
+        write. ``write`` has the commit boundary that crash points name.
+        """
+        if crash.armed() or not self._lock.acquire(blocking=False):
+            return False
+        try:
+            conn = self._checked()
+            if self._in_txn:
+                raise RuntimeError("journal: nested write transaction (use a *_txn helper)")
+            try:
+                conn.execute(sql, bindings)
+            except apsw.ConstraintError as exc:  # checked before the commit: nothing was written
+                raise self._translate(exc, operation, outcome="absent") from exc
+            except apsw.Error as exc:
+                self._rollback()
+                raise self._commit_failed(exc, operation, present) from exc
+            return True
+        finally:
+            self._lock.release()
+
     def _restore_synchronous(self) -> None:
         try:
             self._conn.pragma("synchronous", "NORMAL")

@@ -3,7 +3,8 @@ and every sync index, a full disk, power loss after every commit, torn writes.
 
 The workload is one realistic turn through the public API (a session, a turn, a step, an
 assistant message with two tool calls, two dispatches and results, a second step, the turn's
-end): 13 commits. A sweep first counts the writes and syncs a clean run makes (journal.open
+end, with two plain appends, the second of which is a lone INSERT committed on its own): 14
+commits. A sweep first counts the writes and syncs a clean run makes (journal.open
 included, so schema creation is swept too), then runs it once per index with a fault armed
 there. After each run the file is reopened with the default VFS and must pass
 `integrity_check`, hold every write whose call returned, hold nothing beyond the write that
@@ -72,6 +73,7 @@ def _operations(j: journal.Journal) -> list[tuple[str, Callable[[], Any]]]:
         ("create_session", lambda: j.create_session(SESSION)),
         ("turn_start", turn_start),
         ("append", lambda: j.append(SESSION, "user_message", {"content": "tidy up my files"})),
+        ("append", lambda: j.append(SESSION, "user_message", {"content": "and the backups"})),
         ("step_start", lambda: turn().step_start()),
         ("provider_started", lambda: turn().provider_started(stream_key="s:1:1")),
         ("assistant", lambda: turn().assistant("", tool_calls=CALLS, stop_reason="tool_use")),
@@ -127,7 +129,7 @@ def clean_log(tmp_path: Path, vfs: FaultVFS, *, durability: str, checkpoint_page
     assert run.journal is not None
     log = [(e.type, e.data) for e in run.journal.events(SESSION)]
     run.journal.close()
-    assert len(log) == len(run.returned) == 13
+    assert len(log) == len(run.returned) == 14
     return log, *counted
 
 
@@ -365,7 +367,7 @@ def test_a_power_cut_while_a_journal_is_created_never_leaves_a_file_that_cannot_
 
 def test_g6_under_normal_a_dispatch_survives_a_power_cut_once_its_tool_ran(vfs: FaultVFS, tmp_path: Path) -> None:
     path = tmp_path / "normal.db"
-    opened, returned = _run_prefix(path, vfs, 7, durability="normal", checkpoint_pages=None)  # ... dispatch c1
+    opened, returned = _run_prefix(path, vfs, 8, durability="normal", checkpoint_pages=None)  # ... dispatch c1
     assert returned[-1].type == "tool_call"
     # The tool runs now, its side effect outside the journal; then the power goes.
     vfs.power_loss()

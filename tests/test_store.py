@@ -6,6 +6,7 @@ import hashlib
 import os
 import re
 import stat
+import threading
 from pathlib import Path
 
 import apsw
@@ -153,9 +154,14 @@ def test_schema_state_checks_match_the_call_and_submission_vocabularies() -> Non
     assert {v.value for v in journal.SubmissionState} in lists
 
 
-def test_a_writer_kept_out_past_the_busy_timeout_gets_journal_busy_and_writes_nothing(db_path: Path) -> None:
+@pytest.mark.parametrize("before", [0, 1], ids=["first-append", "lone-insert"])
+def test_a_writer_kept_out_past_the_busy_timeout_gets_journal_busy_and_writes_nothing(db_path: Path, before: int) -> None:
+    # After one append the next is a lone INSERT committed on its own (Store.write_one): it
+    # must wait and give up exactly as a BEGIN IMMEDIATE transaction does.
     with journal.open(db_path, busy_timeout_ms=100) as j:
         j.create_session("s")
+        for i in range(before):
+            j.append("s", "user_message", {"content": f"before {i}"})
         holder = apsw.Connection(str(db_path))
         holder.execute("BEGIN IMMEDIATE")
         try:
@@ -165,8 +171,26 @@ def test_a_writer_kept_out_past_the_busy_timeout_gets_journal_busy_and_writes_no
         finally:
             holder.execute("ROLLBACK")
             holder.close()
-        assert j.count("s") == 0
-        assert j.append("s", "user_message", {"content": "now"}).seq == 0
+        assert j.count("s") == before
+        assert j.append("s", "user_message", {"content": "now"}).seq == before
+
+
+def test_a_lone_insert_waits_for_another_writer_then_takes_the_next_seq(db_path: Path) -> None:
+    with journal.open(db_path) as j:
+        j.create_session("s")
+        j.append("s", "user_message", {"content": "first"})  # this process now guesses seq 1
+        holder = apsw.Connection(str(db_path))
+        holder.execute("BEGIN IMMEDIATE")
+        holder.execute("INSERT INTO events VALUES ('s', 1, 'x.other', '{}', 0)")
+        timer = threading.Timer(0.2, holder.execute, ("COMMIT",))
+        timer.start()
+        try:
+            event = j.append("s", "user_message", {"content": "second"})
+        finally:
+            timer.join()
+            holder.close()
+        assert event.seq == 2
+        assert [(e.seq, e.type) for e in j.events("s")] == [(0, "user_message"), (1, "x.other"), (2, "user_message")]
 
 
 def test_a_directory_is_not_a_journal(tmp_path: Path) -> None:
