@@ -328,10 +328,12 @@ class Store:
         the schema has the outcome of a failed COMMIT: unknown, unless ``present`` finds the
         write. ``write`` has the commit boundary that crash points name.
         """
-        if crash.armed() or not self._lock.acquire(blocking=False):
+        if crash.armed() or not self._lock.acquire(False):
             return False
         try:
-            conn = self._checked()
+            conn = self._conn
+            if conn is None:
+                raise JournalClosed()
             if self._in_txn:
                 raise RuntimeError("journal: nested write transaction (use a *_txn helper)")
             try:

@@ -107,7 +107,8 @@ def encode_copy(
 ) -> tuple[str, dict[str, Any]]:
     """``encode``, and a copy of ``data`` equal to what decoding the text gives (tuples become
     lists): the returned event's data, made during the validation walk instead of a decode."""
-    if not is_known_type(type_):
+    spec = _FIELDS.get(type_) if isinstance(type_, str) else None
+    if spec is None and not is_known_type(type_):
         raise InvalidEvent("type", f"unknown event type {type_!r}", index)
     if not isinstance(data, dict):
         raise InvalidEvent("data", f"must be a JSON object, not {type(data).__name__}", index)
@@ -117,7 +118,6 @@ def encode_copy(
     if size > max_bytes:
         raise InvalidEvent("data", f"encodes to {size} bytes, over the limit of {max_bytes}", index)
     assert isinstance(type_, str)
-    spec = _FIELDS.get(type_)
     if spec is not None:
         required, optional = spec
         for name, kind in required.items():
@@ -156,7 +156,11 @@ def _copy_json(value: Any, where: str, index: int | None, path: set[int]) -> Any
             for key, item in value.items():
                 if not isinstance(key, str):
                     raise InvalidEvent(where, f"has a non-string key {key!r}", index)
-                copy[key] = _copy_json(item, f"{where}.{key}", index, path)
+                kind = type(item)
+                if kind is str or kind is int or kind is bool or item is None:
+                    copy[key] = item  # the common leaves, without a call
+                else:
+                    copy[key] = _copy_json(item, f"{where}.{key}", index, path)
         else:
             copy = [_copy_json(item, f"{where}[{i}]", index, path) for i, item in enumerate(value)]
         path.discard(id(value))

@@ -145,6 +145,7 @@ BAD_INPUTS = [
     pytest.param("user_message", {}, "data.content", id="missing-required-field"),
     pytest.param("tool_result", {"tool_call_id": 7, "content": "x"}, "data.tool_call_id", id="wrong-json-type"),
     pytest.param("turn_start", {"turn": True}, "data.turn", id="bool-is-not-an-int"),
+    pytest.param(journal.EventType.TURN_START, {}, "data.turn", id="enum-type-missing-field"),
     pytest.param("turn_end", {"turn": 1, "steps": 0, "reason": "bored"}, "data.reason", id="bad-enum"),
     pytest.param(
         "assistant_message", {"content": "", "tool_calls": [{"name": "t"}]}, "data.tool_calls[0].id", id="call-without-id"
@@ -157,15 +158,18 @@ BAD_INPUTS = [
 ]
 
 
+@pytest.mark.parametrize("before", [0, 1], ids=["empty", "after-one"])
 @pytest.mark.parametrize(("type_", "data", "field"), BAD_INPUTS)
-def test_g12_bad_input_is_refused_naming_the_problem_and_writes_nothing(db_path, fresh, type_, data, field) -> None:
+def test_g12_bad_input_is_refused_naming_the_problem_and_writes_nothing(db_path, fresh, type_, data, field, before) -> None:
     with journal.open(db_path, max_event_bytes=1024 * 1024) as j:
         j.create_session("s")
+        for _ in range(before):  # then the next append would be a lone INSERT
+            j.append("s", "user_message", {"content": "fine"})
         with pytest.raises(journal.InvalidEvent) as info:
             j.append("s", type_, data)
         assert info.value.field == field
         assert field in str(info.value)
-    assert fresh().count("s") == 0
+    assert fresh().count("s") == before
 
 
 def test_app_events_and_compaction_ranges_are_accepted(j: journal.Journal) -> None:
