@@ -129,6 +129,16 @@ class RawAppend:
         self.conn.close()
 
 
+class RawAutocommit(RawAppend):
+    """The INSERT alone, as SQLite's autocommit transaction (what a lone journal append runs)."""
+
+    what = "INSERT of one row as its own autocommit transaction (no BEGIN/COMMIT statements)"
+
+    def append(self) -> None:
+        self.conn.execute(INSERT_SQL, (self.session_id, self.seq, EVENT_TYPE, encode(MESSAGE), now_ms()))
+        self.seq += 1
+
+
 class RawBatch:
     """``executemany`` of ``rows`` events in one transaction; ``run`` times each batch.
 
