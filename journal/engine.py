@@ -35,7 +35,6 @@ class Journal(PurgeMixin, EffectsMixin, ReconcileMixin, SubmissionsMixin, Transc
         self._store = store
         self._max_event_bytes = max_event_bytes
         self._appends = GroupCommit(store, "append")
-        self._next_seqs: dict[str, int] = {}
 
     @property
     def path(self) -> str:

@@ -123,10 +123,12 @@ class GroupCommit:
                     return
                 for item in batch:
                     db.execute("SAVEPOINT one_append")
+                    seqs = dict(db.next_seqs)
                     try:
                         item.result = item.work(db)
                     except JournalError as exc:
                         db.execute("ROLLBACK TO one_append")
+                        db.next_seqs = seqs
                         item.error = exc
                     finally:
                         db.execute("RELEASE one_append")

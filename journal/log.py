@@ -127,6 +127,7 @@ def insert_txn(
             raise AlreadyDispatched(session_id, call_id, dispatched)
     try:
         db.execute(_INSERT, (session_id, seq, type_, text, time_ms))
+        db.next_seqs[session_id] = seq + 1
     except _store.ConstraintError as exc:
         code = exc.extendedresult
         if code == _store.CONSTRAINT_UNIQUE and type_ == "tool_call":
@@ -226,7 +227,6 @@ class LogMixin:
     _store: Store
     _max_event_bytes: int
     _appends: GroupCommit
-    _next_seqs: dict[str, int]
 
     # -- sessions ------------------------------------------------------------------------------
 
@@ -271,32 +271,26 @@ class LogMixin:
         durable when it returns, and the fsyncs are shared."""
         text, copy = encode_copy(type, data, max_bytes=self._max_event_bytes)
         time_ms = now_ms()
-        guess = self._next_seqs
-        seq = guess.get(session_id)
+        guesses = self._store.next_seqs
+        seq = guesses.get(session_id)
         if seq is not None and type not in _GUARDED:
-            # The common case: this process gave the session its last seq, so the INSERT alone
-            # is the whole transaction. The schema's contiguity trigger refuses a stale seq
+            # The common case: this connection wrote the session's last event, so the INSERT
+            # alone is the whole transaction. The schema's contiguity trigger refuses a stale seq
             # (another connection appended since); the seq is then read inside a transaction.
             row = (session_id, seq, type, text, time_ms)
             try:
                 if self._appends.run_one(_INSERT, row, present=lambda db: _stored(db, row)):
-                    guess[session_id] = seq + 1
+                    guesses[session_id] = seq + 1
                     return Event(session_id, seq, type, copy, time_ms)
             except SchemaViolation:
-                guess.pop(session_id, None)
-            except BaseException:
-                guess.clear()
-                raise
+                guesses.pop(session_id, None)
         written: list[int] = []
 
         def present(db: Database) -> bool:
             return bool(written) and _stored(db, (session_id, written[0], type, text, time_ms))
 
         def work(db: Database) -> int:
-            # The seq this process last gave the session, plus one, is right unless another
-            # connection appended since; the schema's contiguity trigger refuses a wrong one,
-            # and then the seq is read again.
-            seq = guess.get(session_id)
+            seq = db.next_seqs.get(session_id, guesses.get(session_id))
             if seq is None or type in _GUARDED:
                 seq = append_text_txn(db, session_id, type, text, time_ms, call_id=call_id_of(type, copy))
             else:
@@ -304,15 +298,10 @@ class LogMixin:
                     insert_txn(db, session_id, seq, type, text, time_ms)
                 except SchemaViolation:
                     seq = append_text_txn(db, session_id, type, text, time_ms)
-            guess[session_id] = seq + 1
             written.append(seq)
             return seq
 
-        try:
-            seq = self._appends.run(work, present=present)
-        except BaseException:
-            guess.clear()  # the transaction may have rolled back what the guesses assumed
-            raise
+        seq = self._appends.run(work, present=present)
         return Event(session_id, seq, type, copy, time_ms)
 
     def append_many(self, session_id: str, items: Iterable[tuple[str, dict[str, Any]]]) -> list[Event]:
@@ -342,6 +331,7 @@ class LogMixin:
                     )
                 except _store.ConstraintError as exc:
                     raise SchemaViolation("append_many", str(exc)) from exc
+                db.next_seqs[session_id] = first + len(encoded)
         return [Event(session_id, first + i, t, copies[i], time_ms) for i, (t, _) in enumerate(encoded)]
 
     # -- reads ---------------------------------------------------------------------------------

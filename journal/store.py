@@ -106,12 +106,17 @@ def _close_quietly(conn: apsw.Connection) -> None:
 
 
 class Database:
-    """A cursor-like handle given to the body of a read or a write."""
+    """A cursor-like handle given to the body of a read or a write.
 
-    __slots__ = ("_conn",)
+    ``next_seqs`` collects, for each session this transaction appended to, the seq its next
+    event gets; the store keeps them once the transaction has committed (``Store.next_seqs``).
+    """
+
+    __slots__ = ("_conn", "next_seqs")
 
     def __init__(self, conn: apsw.Connection) -> None:
         self._conn = conn
+        self.next_seqs: dict[str, int] = {}
 
     def execute(self, sql: str, bindings: Any = None) -> apsw.Cursor:
         return self._conn.execute(sql, bindings)
@@ -158,6 +163,10 @@ class Store:
         self.busy_timeout_ms = busy_timeout_ms
         self._lock = threading.RLock()
         self._in_txn = False
+        # The seq each session's next event gets, as this connection last committed it. Another
+        # connection may have appended since: it is a guess, and the schema's contiguity trigger
+        # refuses an insert at a stale one (the caller then reads the seq in its transaction).
+        self.next_seqs: dict[str, int] = {}
         self._busy_since = 0.0
         self._conn = self._connect(vfs)
         try:
@@ -305,7 +314,9 @@ class Store:
                     conn.execute("COMMIT")
                 except apsw.Error as exc:
                     self._rollback()
+                    self.next_seqs.clear()  # the outcome is not known: guess again
                     raise self._commit_failed(exc, operation, present) from exc
+                self.next_seqs.update(db.next_seqs)
                 if crash.armed():
                     crash.reached(f"{operation}.after_commit")
             except apsw.Error as exc:
@@ -342,6 +353,7 @@ class Store:
                 raise self._translate(exc, operation, outcome="absent") from exc
             except apsw.Error as exc:
                 self._rollback()
+                self.next_seqs.clear()
                 raise self._commit_failed(exc, operation, present) from exc
             return True
         finally:

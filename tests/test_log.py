@@ -9,6 +9,7 @@ import apsw
 import pytest
 
 import journal
+from journal import store
 
 
 def test_generated_session_id_is_32_lowercase_hex(j: journal.Journal) -> None:
@@ -211,3 +212,22 @@ def test_g4_two_handles_alternating_appends_stay_contiguous(db_path) -> None:
         b.create_session("s")
         assert a.append("s", "x.e", {}).seq == 0  # a session made anew starts at 0 again
         assert b.append("s", "x.e", {}).seq == 1
+
+
+def test_an_append_after_any_write_of_this_journal_is_a_lone_insert(j: journal.Journal, monkeypatch) -> None:
+    # Every committed insert of the library leaves the session's next seq with the store, so the
+    # next plain append needs no transaction around its INSERT (a performance property: G1-G4
+    # hold on either path, and the schema refuses a wrong seq).
+    lone: list[bool] = []
+    write_one = store.Store.write_one
+    monkeypatch.setattr(store.Store, "write_one", lambda self, *a, **k: lone.append(write_one(self, *a, **k)) or lone[-1])
+    j.create_session("s")
+    j.append("s", "user_message", {"content": "first"})  # nothing known yet: reads the seq
+    turn = j.turn_start("s")
+    turn.step_start()
+    j.append("s", "user_message", {"content": "after the turn's writes"})
+    j.append_many("s", [("x.n", {"i": i}) for i in range(3)])
+    j.append("s", "user_message", {"content": "after a batch"})
+    assert lone == [True, True]
+    assert [e.seq for e in j.events("s")] == list(range(8))
+    assert j.check() == []
