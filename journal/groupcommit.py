@@ -1,72 +1,81 @@
 """Group commit for ``append`` from many threads of one process.
 
 A durable commit costs an fsync; threads appending at once would each pay one, one after the
-other (they share one connection). Instead, the first thread to arrive becomes the leader: it
-commits everything queued so far in ONE transaction, each append inside its own savepoint (so a
-refused append undoes only itself and raises only in its own thread), then wakes the waiters
-and goes on while more is queued. Every append still returns only after the commit that holds it
-has returned (G1), and each is atomic (G2); a single thread pays nothing but an uncontended lock.
+other (they share one connection). Instead they take turns leading: a thread that finds no
+leader becomes one and commits its own append together with everything queued by then, in ONE
+transaction (a refused append is one statement that SQLite undoes on its own, so it fails alone,
+in its own thread). Then it wakes the appends it committed, hands the lead to the first thread
+queued meanwhile, and returns. While a leader waits on its fsync (which releases the GIL), the
+threads of the previous batch run on and queue their next appends: each commit carries what
+arrived during the last one, and no thread waits for others to arrive.
+
+Every append still returns only after the commit that holds it has returned (G1), and each is
+atomic (G2). A thread appending alone never comes here (``run_one`` commits its INSERT directly).
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
-
-import attrs
 
 from journal.errors import JournalError
 from journal.store import Database, Store
 
 
-@attrs.define(eq=False)
-class Pending:
-    """One queued append: its work, then its result or its error."""
 
-    work: Callable[[Database], Any]
-    result: Any = None
-    error: BaseException | None = None
-    done: bool = False
+
+
+class Pending:
+    """One queued append: its work, then its result or its error.
+
+    ``wake`` is held from the start; the leader that finishes the append, or hands it the lead,
+    releases it: the cheapest way to wake exactly one thread."""
+
+    __slots__ = ("work", "result", "error", "done", "lead", "wake")
+
+    def __init__(self, work: Callable[[Database], Any]) -> None:
+        self.work = work
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.done = False  # committed (or failed) by a leader
+        self.lead = False  # handed the lead by the last leader: its thread commits next
+        self.wake = threading.Lock()
+        self.wake.acquire()
 
 
 class GroupCommit:
-    """Batches concurrent writes of one ``Store`` into shared transactions."""
+    """Batches concurrent writes of one ``Store`` into shared transactions.
+
+    Each ``work`` given to ``run`` must change the database with at most one statement (an
+    INSERT, with its triggers): a statement the schema refuses is undone by SQLite on its own,
+    so appends sharing a transaction need no savepoint each.
+    """
 
     def __init__(self, store: Store, operation: str) -> None:
         self._store = store
         self._operation = operation
-        lock = threading.Lock()
-        self._cond = threading.Condition(lock)  # followers wait here for their commit
-        self._arrived = threading.Condition(lock)  # the leader waits here for arrivals
+        self._mutex = threading.Lock()  # guards _queue, _leading and the items' flags
         self._queue: list[Pending] = []
         self._leading = False
-        self._callers = 0  # threads queued in run(), waiting or leading
 
     def run(self, work: Callable[[Database], Any], *, present: Callable[[Database], bool] | None = None) -> Any:
         """Run ``work(db)`` inside a committed transaction and return what it returned."""
-        with self._cond:
-            alone = not self._leading and not self._queue
-            if alone:
-                self._leading = True
-        if alone:
-            return self._run_alone(work, present)
         item = Pending(work)
-        with self._cond:
-            self._callers += 1
-            self._queue.append(item)
-            self._arrived.notify()
-            while self._leading and not item.done:
-                self._cond.wait()
-            if not item.done:
+        with self._mutex:
+            follow = self._leading
+            if follow:
+                self._queue.append(item)
+            else:
                 self._leading = True
-        try:
-            if not item.done:
-                self._lead(present)
-        finally:
-            with self._cond:
-                self._callers -= 1
+        if follow:
+            try:
+                item.wake.acquire()  # until a leader committed this append, or handed us the lead
+            except BaseException:  # interrupted (KeyboardInterrupt) while waiting
+                self._abandon(item)
+                raise
+        if not item.done:
+            self._lead(item, present)
         if item.error is not None:
             raise item.error
         return item.result
@@ -82,56 +91,63 @@ class GroupCommit:
             return False
         return self._store.write_one(self._operation, sql, bindings, present=present)
 
-    def _run_alone(self, work: Callable[[Database], Any], present: Callable[[Database], bool] | None) -> Any:
-        """The common case, one thread appending: its own transaction, nothing to share."""
+    def _lead(self, own: Pending, present: Callable[[Database], bool] | None) -> None:
+        """Commit ``own`` with everything queued, then hand the lead on (``_leading`` is ours)."""
+        batch = [own]
         try:
-            with self._store.write(self._operation, present=present) as db:
-                return work(db)
+            self._commit(batch, present)
         finally:
-            with self._cond:
-                self._leading = False
-                if self._queue:
-                    self._cond.notify_all()  # arrivals meanwhile: one of them leads now
+            with self._mutex:
+                for item in batch:
+                    item.done = True
+                successor = self._pass_lead()
+            for item in batch:
+                if item is not own:
+                    item.wake.release()
+            if successor is not None:
+                successor.wake.release()
 
-    def _lead(self, present: Callable[[Database], bool] | None) -> None:
-        try:
-            while True:
-                with self._cond:
-                    deadline = time.monotonic() + 0.0002
-                    while self._callers > len(self._queue) + 1 and time.monotonic() < deadline:
-                        # Threads just woken by the last commit are about to queue their next
-                        # append: let them (waiting releases the GIL) so they share this commit.
-                        self._arrived.wait(0.00005)
-                    batch, self._queue = self._queue, []
-                    if not batch:
-                        return
-                self._commit(batch, present if len(batch) == 1 else None)
-                with self._cond:
-                    for item in batch:
-                        item.done = True
-                    self._cond.notify_all()
-        finally:
-            with self._cond:
-                self._leading = False
-                self._cond.notify_all()
+    def _pass_lead(self) -> Pending | None:
+        """The first queued append leads next (``_leading`` stays set), or no one does. Under
+        ``_mutex``; the caller wakes the successor."""
+        if not self._queue:
+            self._leading = False
+            return None
+        successor = self._queue.pop(0)
+        successor.lead = True
+        return successor
+
+    def _abandon(self, item: Pending) -> None:
+        """A waiting caller gave up: withdraw its append if no leader took it, and pass on a
+        lead it was handed; an append already in a batch is committed all the same."""
+        with self._mutex:
+            if item in self._queue:
+                self._queue.remove(item)
+                return
+            successor = self._pass_lead() if item.lead and not item.done else None
+        if successor is not None:
+            successor.wake.release()
 
     def _commit(self, batch: list[Pending], present: Callable[[Database], bool] | None) -> None:
+        """Commit ``batch`` (the leader's own append) with everything queued by the time the
+        write transaction has begun: what arrived while it waited for the connection rides too."""
+
+        def present_alone(db: Database) -> bool:  # only a lone append can tell by re-reading
+            return len(batch) == 1 and present is not None and present(db)
+
         try:
-            with self._store.write(self._operation, present=present) as db:
+            with self._store.write(self._operation, present=present_alone) as db:
+                with self._mutex:
+                    batch += self._queue
+                    self._queue = []
                 if len(batch) == 1:
                     batch[0].result = batch[0].work(db)
                     return
                 for item in batch:
-                    db.execute("SAVEPOINT one_append")
-                    seqs = dict(db.next_seqs)
                     try:
                         item.result = item.work(db)
                     except JournalError as exc:
-                        db.execute("ROLLBACK TO one_append")
-                        db.next_seqs = seqs
-                        item.error = exc
-                    finally:
-                        db.execute("RELEASE one_append")
+                        item.error = exc  # its one statement was undone by SQLite already
         except BaseException as exc:  # the whole transaction failed: every append in it did
             for item in batch:
                 if item.error is None:

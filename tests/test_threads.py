@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
+import time
 from pathlib import Path
 
+import apsw
 import pytest
 
 import journal
@@ -61,3 +65,47 @@ def test_a_refused_append_in_a_shared_commit_fails_alone(db_path: Path) -> None:
         assert len(bad_errors) == 1 and isinstance(bad_errors[0], journal.SessionNotFound)
         assert [e.seq for e in j.events("s")] == list(range(200))
         assert j.check() == []
+
+
+def test_appends_refused_inside_a_shared_commit_undo_only_themselves(db_path: Path) -> None:
+    # Another connection appends to the same session meanwhile, so the seqs this Journal guesses
+    # go stale: inside a shared commit the schema refuses such an INSERT, SQLite undoes that one
+    # statement (with its triggers), and the append is made again at the right seq.
+    with journal.open(db_path) as a, journal.open(db_path) as b:
+        a.create_session("s")
+        errors: list[BaseException] = []
+        threads = [
+            threading.Thread(target=_hammer, args=(lambda w, i: a.append("s", "x.e", {"w": w, "i": i}), errors, w, 60))
+            for w in range(6)
+        ] + [threading.Thread(target=_hammer, args=(lambda w, i: b.append("s", "x.e", {"w": w, "i": i}), errors, 9, 60))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert errors == [] and not any(t.is_alive() for t in threads)
+        events = a.events("s")
+        assert [e.seq for e in events] == list(range(420))
+        for w in [*range(6), 9]:
+            assert [e.data["i"] for e in events if e.data["w"] == w] == list(range(60))
+        assert a.check() == []
+
+
+def test_a_caller_interrupted_while_queued_withdraws_its_append_and_the_others_go_on(db_path: Path) -> None:
+    with journal.open(db_path) as j:
+        j.create_session("s")
+        holder = apsw.Connection(str(db_path))
+        holder.execute("BEGIN IMMEDIATE")  # the leader below waits for it, leading
+        leader = threading.Thread(target=j.append, args=("s", "x.e", {"who": "leader"}))
+        leader.start()
+        while not j._appends._leading:  # private: the test needs the leader to be in place
+            time.sleep(0.001)
+        # SIGINT raises KeyboardInterrupt in the main thread, waiting in its queued append.
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+        with pytest.raises(KeyboardInterrupt):
+            j.append("s", "x.e", {"who": "interrupted"})  # queued behind the leader
+        holder.execute("ROLLBACK")
+        holder.close()
+        leader.join(timeout=30)
+        assert not leader.is_alive()
+        assert j.append("s", "x.e", {"who": "after"}).seq == 1  # the group still works
+        assert [e.data["who"] for e in j.events("s")] == ["leader", "after"]
