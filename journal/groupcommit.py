@@ -23,16 +23,13 @@ from journal.errors import JournalError
 from journal.store import Database, Store
 
 
-
-
-
 class Pending:
     """One queued append: its work, then its result or its error.
 
     ``wake`` is held from the start; the leader that finishes the append, or hands it the lead,
     releases it: the cheapest way to wake exactly one thread."""
 
-    __slots__ = ("work", "result", "error", "done", "lead", "wake")
+    __slots__ = ("done", "error", "lead", "result", "wake", "work")
 
     def __init__(self, work: Callable[[Database], Any]) -> None:
         self.work = work
@@ -148,7 +145,7 @@ class GroupCommit:
                         item.result = item.work(db)
                     except JournalError as exc:
                         item.error = exc  # its one statement was undone by SQLite already
-        except BaseException as exc:  # the whole transaction failed: every append in it did
+        except BaseException as exc:  # noqa: BLE001 - the whole transaction failed: every append in it did
             for item in batch:
                 if item.error is None:
                     item.result, item.error = None, exc

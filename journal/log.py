@@ -14,7 +14,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from journal import store as _store
-from journal.groupcommit import GroupCommit
 from journal.errors import (
     AlreadyDispatched,
     BoundaryOutOfRange,
@@ -26,6 +25,7 @@ from journal.errors import (
     SessionExists,
     SessionNotFound,
 )
+from journal.groupcommit import GroupCommit
 from journal.model import Event, Session
 from journal.store import Database, Store
 from journal.validate import encode, encode_copy

@@ -12,7 +12,15 @@ import math
 from typing import Any
 
 from journal.errors import InvalidEvent
-from journal.model import APP_TYPE_PREFIX, SURFACE_TYPES, EffectKind, OperatorOutcome, StepOutcome, StopReason, TurnEndReason
+from journal.model import (
+    APP_TYPE_PREFIX,
+    SURFACE_TYPES,
+    EffectKind,
+    OperatorOutcome,
+    StepOutcome,
+    StopReason,
+    TurnEndReason,
+)
 
 DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
 
