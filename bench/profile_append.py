@@ -2,13 +2,14 @@
 
     python bench/profile_append.py [--durability normal|full] [--ops N]
 
-1. Stages: the steps of ``LogMixin.append`` re-run one by one with the journal's own functions
-   (``validate.encode``, the group commit or ``Store.write``, ``log.next_seq_txn``,
-   ``log.insert_txn``), with a clock read between them: validation + JSON encoding; queueing,
-   the locks and ``BEGIN IMMEDIATE``; the pre-insert ``SELECT`` of the next seq; the ``INSERT``
-   (with its CHECKs, foreign key and triggers); ``COMMIT`` and handing the result back; decoding
-   the JSON again for the returned ``Event``. Medians per stage; the real ``append`` is timed beside
-   it, interleaved. The same for raw apsw's append, and for ``append_many`` of 1000 events.
+1. Stages: the steps of ``LogMixin.append``'s common path (the session's next seq known, no
+   other thread appending) re-run one by one with the journal's own functions, with a clock read
+   between them: validation, the copy for the returned event and JSON encoding
+   (``validate.encode_copy``); taking the seq this connection last gave the session; the
+   ``INSERT`` committed as its own autocommit transaction (``GroupCommit.run_one`` →
+   ``Store.write_one``: the CHECKs, foreign key and triggers, and the commit); making the
+   ``Event``. Medians per stage; the real ``append`` is timed beside it, interleaved. The same for
+   raw apsw's append (and its autocommit INSERT), and for ``append_many`` of 1000 events.
 2. SQL: the same ``INSERT`` statement timed alone inside a transaction, into a bare table, into
    the journal's schema, and into the journal's schema with the seq trigger dropped (in a scratch
    file), to split the INSERT's cost between the trigger and the rest of the schema.
@@ -23,7 +24,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import json
 import pstats
 import statistics
 import sys
@@ -36,53 +36,37 @@ import apsw
 import contenders as c
 
 import journal
-from journal.log import _INSERT, insert_txn, next_seq_txn, now_ms
+from journal.log import _INSERT, next_seq_txn, now_ms
 from journal.model import Event
-from journal.store import Database
-from journal.validate import encode
+from journal.validate import encode_copy
 
 STAGES = (
-    "validate + encode",
-    "queue + lock + BEGIN",
-    "SELECT next seq",
-    "INSERT (+ trigger)",
-    "COMMIT + wake-up",
-    "json.loads for Event",
+    "validate + encode + copy",
+    "take the next seq",
+    "INSERT, autocommitted",
+    "make the Event",
 )
 
 
 def staged_append(j: journal.Journal, session_id: str) -> list[int]:
-    """One append, as ``LogMixin.append`` does it; the nanoseconds of each stage.
+    """One append, as ``LogMixin.append``'s common path does it; the nanoseconds of each stage.
 
-    The transaction goes through the journal's group commit when it has one (``_appends``), else
-    straight through ``Store.write``; the clock is read inside the transaction's body too.
-    """
+    The session must have had an append through this journal already (so its seq is known)."""
     clock = time.perf_counter_ns
-    marks: list[int] = []
-
-    def work(db: Database) -> int:
-        marks.append(clock())
-        seq = next_seq_txn(db, session_id)
-        marks.append(clock())
-        insert_txn(db, session_id, seq, c.EVENT_TYPE, text, time_ms)
-        marks.append(clock())
-        return seq
-
     t0 = clock()
-    text = encode(c.EVENT_TYPE, c.MESSAGE, max_bytes=j._max_event_bytes)
+    text, copy = encode_copy(c.EVENT_TYPE, c.MESSAGE, max_bytes=j._max_event_bytes)
     time_ms = now_ms()
     t1 = clock()
-    appends = getattr(j, "_appends", None)
-    if appends is not None:
-        seq = appends.run(work, present=lambda db: False)
-    else:
-        with j._store.write("append") as db:
-            seq = work(db)
-    t5 = clock()
-    Event(session_id, seq, c.EVENT_TYPE, json.loads(text), time_ms)
-    t6 = clock()
-    t2, t3, t4 = marks
-    return [t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5]
+    seq = j._store.next_seqs[session_id]
+    row = (session_id, seq, c.EVENT_TYPE, text, time_ms)
+    t2 = clock()
+    if not j._appends.run_one(_INSERT, row, present=None):
+        raise RuntimeError("append did not take its common path (a crash point armed?)")
+    j._store.next_seqs[session_id] = seq + 1
+    t3 = clock()
+    Event(session_id, seq, c.EVENT_TYPE, copy, time_ms)
+    t4 = clock()
+    return [t1 - t0, t2 - t1, t3 - t2, t4 - t3]
 
 
 RAW_STAGES = ("json.dumps", "BEGIN IMMEDIATE", "INSERT (bare table)", "COMMIT")
@@ -104,19 +88,36 @@ def staged_raw_append(raw: c.RawAppend) -> list[int]:
     return [t1 - t0, t2 - t1, t3 - t2, t4 - t3]
 
 
-def raw_stage_table(raw: c.RawAppend, ops: int) -> str:
-    stages: list[list[int]] = [[] for _ in RAW_STAGES]
+RAW_AUTO_STAGES = ("json.dumps", "INSERT, autocommitted")
+
+
+def staged_raw_autocommit(raw: c.RawAppend) -> list[int]:
+    """The raw INSERT alone as its own autocommit transaction (what the journal's common path runs)."""
+    clock, conn = time.perf_counter_ns, raw.conn
+    t0 = clock()
+    text = c.encode(c.MESSAGE)
+    t1 = clock()
+    conn.execute(c.INSERT_SQL, (raw.session_id, raw.seq, c.EVENT_TYPE, text, now_ms()))
+    t2 = clock()
+    raw.seq += 1
+    return [t1 - t0, t2 - t1]
+
+
+def raw_stage_table(raw: c.RawAppend, ops: int, *, staged: Callable[[c.RawAppend], list[int]] = staged_raw_append, names: tuple[str, ...] = RAW_STAGES) -> str:
+    stages: list[list[int]] = [[] for _ in names]
     for _ in range(ops):
-        for i, ns in enumerate(staged_raw_append(raw)):
+        for i, ns in enumerate(staged(raw)):
             stages[i].append(ns)
     medians = [statistics.median(s) / 1000 for s in stages]
-    lines = [f"  {name:<24} {us:8.2f} µs" for name, us in zip(RAW_STAGES, medians)]
+    lines = [f"  {name:<24} {us:8.2f} µs" for name, us in zip(names, medians)]
     lines.append(f"  {'sum of stage medians':<24} {sum(medians):8.2f} µs")
     return "\n".join(lines)
 
 
 def stage_table(j: journal.Journal, ops: int) -> str:
     staged_sid, real_sid = j.create_session().id, j.create_session().id
+    for sid in (staged_sid, real_sid):  # from the second append on, the seq is known
+        j.append(sid, c.EVENT_TYPE, c.MESSAGE)
     stages: list[list[int]] = [[] for _ in STAGES]
     real: list[int] = []
     totals: list[int] = []
@@ -136,7 +137,7 @@ def stage_table(j: journal.Journal, ops: int) -> str:
     return "\n".join(lines)
 
 
-BATCH_STAGES = ("validate + encode", "lock + BEGIN + SELECT seq", "executemany", "COMMIT + exit", "json.loads + Event")
+BATCH_STAGES = ("validate + encode + copy", "lock + BEGIN + SELECT seq", "executemany", "COMMIT + exit", "make the Events")
 
 
 def staged_append_many(j: journal.Journal, session_id: str, rows: int) -> list[int]:
@@ -144,17 +145,18 @@ def staged_append_many(j: journal.Journal, session_id: str, rows: int) -> list[i
     clock = time.perf_counter_ns
     t0 = clock()
     encoded = [
-        (c.EVENT_TYPE, encode(c.EVENT_TYPE, c.MESSAGE, max_bytes=j._max_event_bytes, index=i)) for i in range(rows)
+        (c.EVENT_TYPE, *encode_copy(c.EVENT_TYPE, c.MESSAGE, max_bytes=j._max_event_bytes, index=i))
+        for i in range(rows)
     ]
     time_ms = now_ms()
     t1 = clock()
     with j._store.write("append_many") as db:
         first = next_seq_txn(db, session_id)
         t2 = clock()
-        db.executemany(_INSERT, [(session_id, first + i, t, text, time_ms) for i, (t, text) in enumerate(encoded)])
+        db.executemany(_INSERT, [(session_id, first + i, t, text, time_ms) for i, (t, text, _) in enumerate(encoded)])
         t3 = clock()
     t4 = clock()
-    [Event(session_id, first + i, t, json.loads(text), time_ms) for i, (t, text) in enumerate(encoded)]
+    [Event(session_id, first + i, t, copy, time_ms) for i, (t, _, copy) in enumerate(encoded)]
     t5 = clock()
     return [t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4]
 
@@ -241,6 +243,8 @@ def report(tmp: str, *, durability: str, ops: int) -> None:
         raw = c.RawAppend("raw", bare, synchronous=synchronous, session_id=c.new_id())
         print(f"Stages of one raw apsw append, synchronous={synchronous}, {ops} ops (medians):")
         print(raw_stage_table(raw, ops))
+        print(f"The same INSERT as its own autocommit transaction, {ops} ops (medians):")
+        print(raw_stage_table(raw, ops, staged=staged_raw_autocommit, names=RAW_AUTO_STAGES))
         raw.close()
         print()
         print("Stages of one append_many of 1000 events, 30 batches (medians per row):")
