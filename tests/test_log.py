@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
 import apsw
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import journal
-from journal import store
+from journal import store, validate
 
 
 def test_generated_session_id_is_32_lowercase_hex(j: journal.Journal) -> None:
@@ -231,3 +234,18 @@ def test_an_append_after_any_write_of_this_journal_is_a_lone_insert(j: journal.J
     assert lone == [True, True]
     assert [e.seq for e in j.events("s")] == list(range(8))
     assert j.check() == []
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(max_size=8), _JSON, max_size=5))
+def test_event_data_is_stored_as_the_standard_compact_json_and_returned_as_its_decoding(data) -> None:
+    text, copy = validate.encode_copy("x.any", data)
+    assert text == json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    assert copy == json.loads(text) and copy is not data
