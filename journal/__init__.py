@@ -1,5 +1,6 @@
 """journal: an AI agent's sessions in one crash-safe SQLite file."""
 
+from journal.classify import ResumeMode
 from journal.effects import (
     EffectAction,
     EffectKind,
@@ -14,7 +15,6 @@ from journal.effects import (
     ToolRegistry,
     Unsafe,
 )
-from journal.classify import ResumeMode
 from journal.engine import Journal, open
 from journal.errors import (
     AlreadyDispatched,
@@ -60,7 +60,6 @@ from journal.model import (
     SubmissionState,
     TurnEndReason,
 )
-
 from journal.reconcile import Decision
 from journal.recovery import Repair
 from journal.results import Dispatch, PutResult

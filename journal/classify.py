@@ -30,11 +30,11 @@ from journal.model import SURFACE_TYPES, Event, EventType, StopReason, Vocabular
 __all__ = [
     "Absent",
     "AdvancedPastInput",
+    "ClassifiedState",
     "Completed",
     "Pending",
     "Resume",
     "ResumeMode",
-    "ClassifiedState",
     "TerminalError",
     "ToolUseUnresolved",
     "TrailingPartialToolBatch",

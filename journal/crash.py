@@ -84,7 +84,7 @@ def observing(observer: Callable[[str], None]) -> Iterator[None]:
 
 def reached(name: str) -> None:
     """Called by the engine at a crash point."""
-    for observer in list(_observers):
+    for observer in _observers:
         observer(name)
     if _armed is None or name not in _armed:
         return

@@ -10,6 +10,7 @@ from journal.model import Event
 from journal.recovery import Repair
 from journal.scan import ScanReport
 
+
 def _short(value: Any, width: int = 72) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     text = " ".join(text.split())

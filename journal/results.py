@@ -57,7 +57,7 @@ class Dispatch:
     def __enter__(self) -> Dispatch:
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         # A tool that raised (or never reported) leaves its call dispatched without a result:
         # that is the honest record ("it may have run"), and recovery will say so.
         return None

@@ -13,8 +13,9 @@ Pure functions over lists of :class:`~journal.model.Event`; no I/O.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from operator import attrgetter
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import attrs
 

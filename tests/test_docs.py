@@ -13,7 +13,7 @@ README = (ROOT / "README.md").read_text()
 
 def test_the_readme_python_examples_run(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", README, re.S) if not b.startswith("# (sketch")]
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", README, re.DOTALL) if not b.startswith("# (sketch")]
     assert len(blocks) >= 2
     namespace: dict = {}
     for block in blocks:

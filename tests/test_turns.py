@@ -57,17 +57,15 @@ def test_turns_are_numbered_from_one_by_counting_the_logs_turns(j: journal.Journ
 def test_a_step_whose_body_raises_ends_with_outcome_error_and_the_exception_propagates(j: journal.Journal) -> None:
     s = j.create_session().id
     turn = j.turn_start(s)
-    with pytest.raises(ZeroDivisionError):
-        with turn.step():
-            1 / 0
+    with pytest.raises(ZeroDivisionError), turn.step():
+        1 / 0
     assert j.events(s)[-1].data == {"turn": 1, "step": 1, "outcome": "error"}
 
 
 def test_a_turn_whose_body_raises_is_left_open_for_recovery(j: journal.Journal) -> None:
     s = j.create_session().id
-    with pytest.raises(RuntimeError):
-        with j.turn(s):
-            raise RuntimeError("the model fell over")
+    with pytest.raises(RuntimeError), j.turn(s):
+        raise RuntimeError("the model fell over")
     assert [e.type for e in j.events(s)] == ["turn_start"]
     assert _phase(j, s) is Phase.BEFORE_PROVIDER
 

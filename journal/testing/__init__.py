@@ -2,8 +2,7 @@
 a scripted agent workload, the kill harness and the fault-injecting VFS (DESIGN §9)."""
 
 from journal.crash import POINTS as CRASH_POINTS
-from journal.crash import TOOL_POINTS
-from journal.crash import arm, die, disarm, reached
+from journal.crash import TOOL_POINTS, arm, die, disarm, reached
 from journal.testing.faultvfs import FaultVFS
 from journal.testing.harness import WORKLOAD, CommitWitness, Harness, Verdict, judge
 from journal.testing.ledger import Ledger
