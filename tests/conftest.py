@@ -67,3 +67,9 @@ def pytest_configure(config) -> None:
     from hypothesis import configuration
 
     configuration.set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), "journal-hypothesis"))
+
+
+@pytest.fixture
+def vfs(fault_vfs):
+    """The shipped plugin's fault VFS (``journal.testing.plugin``), under a short name."""
+    return fault_vfs

@@ -16,8 +16,7 @@ what the reopened file holds.
 from __future__ import annotations
 
 import functools
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,11 +32,6 @@ CALLS = [
     {"id": "c2", "name": "write_file", "arguments": {"path": "/tmp/out", "text": "x" * 300}},
 ]
 
-
-@pytest.fixture
-def vfs() -> Iterator[FaultVFS]:
-    with FaultVFS(f"engine-faults-{uuid.uuid4().hex}") as fault_vfs:
-        yield fault_vfs
 
 
 @dataclass

@@ -11,7 +11,7 @@ unknown outcome); two tests below pin down the two ways it ends up present.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,11 +26,6 @@ CHECKPOINT_PAGES = 4
 DB_NAME = "test.db"
 FILE_FLAGS = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE | apsw.SQLITE_OPEN_MAIN_DB
 
-
-@pytest.fixture
-def vfs() -> Iterator[FaultVFS]:
-    with FaultVFS(f"faultvfs-test-{uuid.uuid4().hex}") as fault_vfs:
-        yield fault_vfs
 
 
 @dataclass

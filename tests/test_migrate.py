@@ -74,7 +74,7 @@ def schema_objects(path: Path) -> set[tuple[str, str]]:
         conn.close()
 
 
-def test_a_version_1_journal_is_migrated_keeping_every_row(tmp_path: Path) -> None:
+def test_g13_a_version_1_journal_is_migrated_keeping_every_row(tmp_path: Path) -> None:
     old = tmp_path / "old.db"
     make_v1_journal(old)
     before = rows(old)
@@ -111,7 +111,7 @@ def test_a_migrated_journal_works_like_a_new_one(tmp_path: Path) -> None:
         assert j.check() == []
 
 
-def test_a_read_only_open_of_a_version_1_journal_reads_it_and_changes_nothing(tmp_path: Path) -> None:
+def test_g13_a_read_only_open_of_a_version_1_journal_reads_it_and_changes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     make_v1_journal(path)
     apsw.Connection(str(path)).close()  # fold the WAL in, so the bytes below are the whole file

@@ -67,7 +67,7 @@ def test_a_refused_append_in_a_shared_commit_fails_alone(db_path: Path) -> None:
         assert j.check() == []
 
 
-def test_appends_refused_inside_a_shared_commit_undo_only_themselves(db_path: Path) -> None:
+def test_g2_appends_refused_inside_a_shared_commit_undo_only_themselves(db_path: Path) -> None:
     # Another connection appends to the same session meanwhile, so the seqs this Journal guesses
     # go stale: inside a shared commit the schema refuses such an INSERT, SQLite undoes that one
     # statement (with its triggers), and the append is made again at the right seq.
