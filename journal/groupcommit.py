@@ -19,7 +19,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from journal.errors import JournalError
 from journal.store import Database, Store
 
 
@@ -143,8 +142,12 @@ class GroupCommit:
                 for item in batch:
                     try:
                         item.result = item.work(db)
-                    except JournalError as exc:
-                        item.error = exc  # its one statement was undone by SQLite already
+                    except Exception as exc:  # noqa: BLE001 - any error of one append is that append's alone (G2)
+                        if not db.in_transaction:
+                            raise  # SQLite rolled the whole transaction back: every append in it failed
+                        # Its one statement was undone by SQLite already, or never ran (a value
+                        # refused when bound): the others commit without it.
+                        item.error = exc
         except BaseException as exc:  # noqa: BLE001 - the whole transaction failed: every append in it did
             for item in batch:
                 if item.error is None:

@@ -109,3 +109,83 @@ def test_a_caller_interrupted_while_queued_withdraws_its_append_and_the_others_g
         assert not leader.is_alive()
         assert j.append("s", "x.e", {"who": "after"}).seq == 1  # the group still works
         assert [e.data["who"] for e in j.events("s")] == ["leader", "after"]
+
+
+def _queue_behind_a_held_lock(j, works):
+    """Run ``works`` through the journal's group commit so that they share ONE commit: a
+    leader waits for another connection's write lock while the rest queue behind it."""
+    holder = apsw.Connection(j.path)
+    holder.execute("BEGIN IMMEDIATE")
+    outcomes: dict[int, object] = {}
+
+    def run(i, work):
+        try:
+            outcomes[i] = j._appends.run(work)  # private: the test drives the group directly
+        except BaseException as exc:  # noqa: BLE001 - the outcome under test
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i, w)) for i, w in enumerate(works)]
+    threads[0].start()
+    while not j._appends._leading:
+        time.sleep(0.001)
+    for t in threads[1:]:
+        t.start()
+    while len(j._appends._queue) < len(works) - 1:
+        time.sleep(0.001)
+    holder.execute("ROLLBACK")
+    holder.close()
+    for t in threads:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads)
+    return [outcomes[i] for i in range(len(works))]
+
+
+_ROW = "INSERT INTO events (session_id, seq, type, data, time_ms) VALUES (?, ?, 'x.e', ?, 0)"
+
+
+@pytest.mark.parametrize(
+    "bad, error",
+    [
+        (lambda db: db.execute(_ROW, ("s", 50, '{"c":"\udc80"}')), UnicodeEncodeError),  # refused when bound
+        (lambda db: db.execute(_ROW, ("s", 2**70, "{}")), OverflowError),
+        (lambda db: 1 / 0, ZeroDivisionError),
+        (lambda db: db.execute(_ROW, ("s", 0, "{}")), journal.JournalError),  # a seq taken: refused by the schema
+    ],
+    ids=["lone-surrogate", "int-too-big", "python-error", "schema-refusal"],
+)
+def test_g2_any_error_of_one_queued_append_fails_it_alone(db_path: Path, bad, error) -> None:
+    with journal.open(db_path) as j:
+        j.create_session("s")
+        j.append("s", "x.e", {"i": 0})
+
+        def good(i):
+            return lambda db: db.execute(_ROW, ("s", i, f'{{"i":{i}}}')) and i
+
+        def wrapped(db):
+            try:
+                return bad(db)
+            except apsw.ConstraintError as exc:
+                raise journal.SchemaViolation("append", str(exc)) from exc
+
+        outcomes = _queue_behind_a_held_lock(j, [good(1), good(2), wrapped, good(3), good(4)])
+        assert outcomes[:2] + outcomes[3:] == [1, 2, 3, 4]
+        assert isinstance(outcomes[2], error)
+    with journal.open(db_path, readonly=True) as fresh:  # durable, seen through a new connection
+        assert [e.data.get("i") for e in fresh.events("s")] == [0, 1, 2, 3, 4]
+        assert fresh.check() == []
+
+
+def test_g2_a_lone_surrogate_among_concurrent_appends_is_refused_alone(db_path: Path) -> None:
+    with journal.open(db_path) as j:
+        j.create_session("s")
+        errors: list[BaseException] = []
+        good = [threading.Thread(target=_hammer, args=(lambda w, i: j.append("s", "x.e", {"w": w, "i": i}), errors, w, 40)) for w in range(4)]
+        bad_errors: list[BaseException] = []
+        bad = threading.Thread(target=_hammer, args=(lambda w, i: j.append("s", "x.e", {"t": "\ud800"}), bad_errors, 9, 1))
+        for t in [*good, bad]:
+            t.start()
+        for t in [*good, bad]:
+            t.join(timeout=120)
+        assert errors == []
+        assert len(bad_errors) == 1 and isinstance(bad_errors[0], journal.InvalidEvent)
+        assert [e.seq for e in j.events("s")] == list(range(160))
