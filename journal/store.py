@@ -139,6 +139,12 @@ class Database:
     def changes(self) -> int:
         return self._conn.changes()
 
+    @property
+    def in_transaction(self) -> bool:
+        """Whether the transaction is still open: SQLite rolls a whole one back on its own after
+        some errors (a full disk, an I/O error), not only the failing statement."""
+        return self._conn.in_transaction
+
 
 class Store:
     """One connection to one journal file, with the pragmas of DESIGN §4.
