@@ -37,7 +37,7 @@ from journal.results import PutResult, put_result_txn, requested_call_txn
 from journal.scan import IndeterminateCall, PendingCall
 from journal.store import Database, Store
 from journal.turns import Turn, append_txn
-from journal.validate import encode
+from journal.validate import Codec, encode
 
 __all__ = [
     "EffectAction",
@@ -314,6 +314,7 @@ class EffectsMixin:
     """Effect-class recovery and the operator path on ``Journal``."""
 
     _store: Store
+    _codec: Codec
 
     def _requested_call(self, session_id: str, call_id: str) -> dict[str, Any]:
         """The ``{id, name, arguments}`` an assistant message of the session requested."""
@@ -433,7 +434,7 @@ class EffectsMixin:
         if is_error:
             data["is_error"] = True
         data["metadata"] = {"source": SOURCE, "action": outcome.action.value}
-        text = encode("tool_result", data)
+        text = self._codec.encode("tool_result", data)
         time_ms = _log.now_ms()
         with self._store.write(SOURCE) as db:
             put = put_result_txn(db, outcome.session_id, outcome.call_id, text, time_ms)
@@ -564,7 +565,7 @@ class EffectsMixin:
         data: dict[str, Any] = {"tool_call_id": call_id, "outcome": OperatorOutcome(outcome).value}
         if note is not None:
             data["note"] = note
-        encode("operator_resolution", data)  # validated before anything is written (G12)
+        self._codec.encode("operator_resolution", data)  # validated before anything is written (G12)
         time_ms = _log.now_ms()
         with self._store.write("resolve") as db:
             _log.next_seq_txn(db, session_id)

@@ -20,7 +20,7 @@ from journal.transcript import TranscriptMixin
 from journal.turns import TurnsMixin
 from journal.model import Durability
 from journal.store import DEFAULT_BUSY_TIMEOUT_MS, Store
-from journal.validate import DEFAULT_MAX_EVENT_BYTES
+from journal.validate import DEFAULT_MAX_EVENT_BYTES, Codec
 
 
 class Journal(PurgeMixin, EffectsMixin, ReconcileMixin, SubmissionsMixin, TranscriptMixin, ScanMixin, TurnsMixin, ResultsMixin, LogMixin):
@@ -34,6 +34,8 @@ class Journal(PurgeMixin, EffectsMixin, ReconcileMixin, SubmissionsMixin, Transc
     def __init__(self, store: Store, *, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         self._store = store
         self._max_event_bytes = max_event_bytes
+        # Every write path encodes through this, so the journal's limits hold on all of them.
+        self._codec = Codec(max_event_bytes)
         self._appends = GroupCommit(store, "append")
 
     @property
@@ -121,6 +123,11 @@ def open(  # noqa: A001 - the module-level opener is the library's front door: j
     checkpoint (bound it with ``checkpoint_pages``). A file that is not a journal raises
     ``NotAJournal`` and one written by a newer version ``SchemaTooNew``; neither is touched.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidArgument("path", f"must be a str or os.PathLike, not {type(path).__name__}")
+    path = os.fspath(path)
+    if not isinstance(path, str) or not path or "\0" in path:
+        raise InvalidArgument("path", f"must be a non-empty text path without NUL characters, not {path!r}")
     try:
         level = Durability(durability)
     except ValueError:
@@ -131,7 +138,7 @@ def open(  # noqa: A001 - the module-level opener is the library's front door: j
     if checkpoint_pages is not None and (not isinstance(checkpoint_pages, int) or checkpoint_pages < 0):
         raise InvalidArgument("checkpoint_pages", f"must be an int >= 0, not {checkpoint_pages!r}")
     store = Store(
-        os.fspath(path),
+        path,
         durability=level,
         readonly=readonly,
         vfs=vfs,

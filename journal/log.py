@@ -28,7 +28,7 @@ from journal.errors import (
 from journal.groupcommit import GroupCommit
 from journal.model import Event, Session
 from journal.store import Database, Store
-from journal.validate import encode, encode_copy
+from journal.validate import Codec, check_int
 
 _SESSION_ID = re.compile(r"[\x21-\x7e]{1,256}")
 _INSERT = "INSERT INTO events (session_id, seq, type, data, time_ms) VALUES (?, ?, ?, ?, ?)"
@@ -225,7 +225,7 @@ class LogMixin:
     """Sessions and their logs; mixed into ``Journal``."""
 
     _store: Store
-    _max_event_bytes: int
+    _codec: Codec
     _appends: GroupCommit
 
     # -- sessions ------------------------------------------------------------------------------
@@ -233,7 +233,7 @@ class LogMixin:
     def create_session(self, id: str | None = None, *, meta: dict[str, Any] | None = None) -> Session:
         """Create an empty session; a generated id is 32 lowercase hex characters."""
         session_id = uuid.uuid4().hex if id is None else check_session_id(id)
-        meta_text = None if meta is None else encode("x.meta", meta, max_bytes=self._max_event_bytes)
+        meta_text = None if meta is None else self._codec.encode("x.meta", meta)
         created = now_ms()
         with self._store.write("create_session") as db:
             try:
@@ -269,7 +269,7 @@ class LogMixin:
 
         Appends from several threads at once share commits (group commit): each is atomic and
         durable when it returns, and the fsyncs are shared."""
-        text, copy = encode_copy(type, data, max_bytes=self._max_event_bytes)
+        text, copy = self._codec.encode_copy(type, data)
         time_ms = now_ms()
         guesses = self._store.next_seqs
         seq = guesses.get(session_id)
@@ -311,7 +311,7 @@ class LogMixin:
         for index, item in enumerate(items):
             if not isinstance(item, (tuple, list)) or len(item) != 2:
                 raise InvalidArgument(f"items[{index}]", "must be a (type, data) pair")
-            text, copy = encode_copy(item[0], item[1], max_bytes=self._max_event_bytes, index=index)
+            text, copy = self._codec.encode_copy(item[0], item[1], index=index)
             encoded.append((item[0], text))
             copies.append(copy)
         if not encoded:
@@ -338,10 +338,9 @@ class LogMixin:
 
     def events(self, session_id: str, *, since: int | None = None) -> list[Event]:
         """The session's events with ``seq >= since`` (all of them by default), in seq order."""
-        if since is not None and (not isinstance(since, int) or isinstance(since, bool) or since < 0):
-            raise InvalidArgument("since", f"must be an int >= 0, not {since!r}")
+        start = 0 if since is None else check_int("since", since)
         with self._store.read() as db:
-            return read_events_txn(db, session_id, since or 0)
+            return read_events_txn(db, session_id, start)
 
     def count(self, session_id: str) -> int:
         """How many events the session's log holds (inherited ones included)."""

@@ -44,7 +44,7 @@ from journal.scan import apply_plan_txn
 from journal.store import Database, Store
 from journal.submissions import Submission, get_submission_txn, owner_is_dead
 from journal.turns import append_txn
-from journal.validate import encode
+from journal.validate import MAX_CLOCK_MS, check_int, check_number, encode
 
 DEFAULT_CONTEXT_WINDOW = 200_000
 
@@ -101,14 +101,13 @@ class ReconcileMixin:
 
         The clock (for lease expiry and timeouts) is the current time, or ``now`` in seconds
         since the epoch (as ``time.time()``), or ``now_ms`` in milliseconds."""
-        if not isinstance(context_window, int) or context_window <= 0:
-            raise InvalidArgument("context_window", f"must be a positive int, not {context_window!r}")
+        check_int("context_window", context_window, minimum=1, maximum=2**53)
         if now is not None and now_ms is not None:
             raise InvalidArgument("now", "give now (seconds) or now_ms, not both")
         if now is not None:
-            if not isinstance(now, (int, float)) or isinstance(now, bool):
-                raise InvalidArgument("now", f"must be seconds since the epoch, not {now!r}")
-            now_ms = int(now * 1000)
+            now_ms = int(check_number("now", now, minimum=0, maximum=MAX_CLOCK_MS / 1000) * 1000)
+        elif now_ms is not None:
+            check_int("now_ms", now_ms, maximum=MAX_CLOCK_MS)
         clock_ms = now_ms if now_ms is not None else _log.now_ms()
         with self._store.read() as db:
             stale, _queued = self._scan_submissions_txn(db, clock_ms)  # type: ignore[attr-defined]

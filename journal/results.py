@@ -18,7 +18,7 @@ from journal import log as _log
 from journal.errors import AlreadyDispatched, LeaseLost, NoOpenTurn, ResultExists, UnknownToolCall
 from journal.model import Event
 from journal.store import Database, Store
-from journal.validate import encode
+from journal.validate import Codec
 
 if TYPE_CHECKING:
     from journal.turns import Turn
@@ -110,6 +110,7 @@ class ResultsMixin:
     """The dispatch and result calls of ``Journal``."""
 
     _store: Store
+    _codec: Codec
 
     def dispatch(
         self,
@@ -149,7 +150,7 @@ class ResultsMixin:
             for key, value in (("idempotency_key", idempotency_key), ("request_id", request_id), ("effect", effect)):
                 if value is not None:
                     data[key] = value
-            text = encode("tool_call", data)
+            text = self._codec.encode("tool_call", data)
             seq = _log.next_seq_txn(db, session_id)
             _log.insert_txn(db, session_id, seq, "tool_call", text, time_ms, call_id=call_id)
         return Dispatch(self, Event(session_id, seq, "tool_call", json.loads(text), time_ms))
@@ -177,7 +178,7 @@ class ResultsMixin:
             data["is_error"] = True
         if metadata is not None:
             data["metadata"] = metadata
-        text = encode("tool_result", data)
+        text = self._codec.encode("tool_result", data)
         time_ms = _log.now_ms()
         with self._store.write("put_result") as db:
             outcome = put_result_txn(db, session_id, call_id, text, time_ms)
@@ -201,8 +202,9 @@ def put_result_txn(db: Database, session_id: str, call_id: str, text: str, time_
     loser = json.loads(text)
     if _same_result(winner.data, loser):
         return PutResult(winner, won=False)
-    late_text = encode("tool_result_late", loser)
-    _log.insert_txn(db, session_id, seq, "tool_result_late", late_text, time_ms)
+    # The loser's data, verbatim: it was validated as a result already (under the journal's size
+    # limit), and a late result's one required field is a result's too.
+    _log.insert_txn(db, session_id, seq, "tool_result_late", text, time_ms)
     return PutResult(winner, won=False, late=Event(session_id, seq, "tool_result_late", loser, time_ms))
 
 

@@ -29,7 +29,7 @@ from journal.model import Event, SubmissionState
 from journal.scan import SubmissionInfo
 from journal.store import Database, Store
 from journal.turns import Turn, append_txn, open_turn_txn, start_turn_txn
-from journal.validate import encode
+from journal.validate import MAX_CLOCK_MS, MAX_DURATION_MS, Codec, check_int, check_number
 
 INPUT_TYPES = ("user_message", "system_message", "tool_result")
 DEFAULT_LEASE_MS = 60_000
@@ -160,9 +160,8 @@ def owner_is_dead(owner: str | None) -> bool:
 # -- the mixin -------------------------------------------------------------------------------
 
 
-def _check_positive(name: str, value: object, kind: type | tuple[type, ...] = int) -> None:
-    if not isinstance(value, kind) or isinstance(value, bool) or value <= 0:  # type: ignore[operator]
-        raise InvalidArgument(name, f"must be a positive number, not {value!r}")
+def _check_lease_ms(lease_ms: object) -> int:
+    return check_int("lease_ms", lease_ms, minimum=1, maximum=MAX_DURATION_MS)
 
 
 def get_submission_txn(db: Database, submission_id: str) -> Submission:
@@ -176,6 +175,7 @@ class SubmissionsMixin:
     """``submit``, ``claim``, ``complete``, ``fail``, ``requeue``, ``renew`` on ``Journal``."""
 
     _store: Store
+    _codec: Codec
 
     def submit(
         self,
@@ -190,9 +190,9 @@ class SubmissionsMixin:
         """Queue an input for a session (processed in order, one attempt at a time)."""
         if type not in INPUT_TYPES and not (isinstance(type, str) and type.startswith("x.")):
             raise InvalidArgument("type", f"an input is one of {INPUT_TYPES} or an x. type, not {type!r}")
-        _check_positive("max_attempts", max_attempts)
-        _check_positive("timeout_s", timeout_s, (int, float))
-        text = encode(type, data)
+        check_int("max_attempts", max_attempts, minimum=1, maximum=2**31 - 1)
+        check_number("timeout_s", timeout_s, minimum=0.001, maximum=MAX_DURATION_MS / 1000)
+        text = self._codec.encode(type, data)
         submission_id = uuid.uuid4().hex if id is None else _log.check_session_id(id)
         now = _log.now_ms()
         with self._store.write("submit") as db:
@@ -217,7 +217,12 @@ class SubmissionsMixin:
             args.append(session_id)
         if state is not None:
             clauses.append("state = ?")
-            args.append(SubmissionState(state).value)
+            try:
+                args.append(SubmissionState(state).value)
+            except ValueError:
+                raise InvalidArgument(
+                    "state", f"must be one of {[s.value for s in SubmissionState]}, not {state!r}"
+                ) from None
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         with self._store.read() as db:
             return [
@@ -239,7 +244,9 @@ class SubmissionsMixin:
         opens the turn) in one transaction; a submission whose input was applied by an earlier
         attempt gets its open turn handed over instead. ``None`` when nothing is runnable.
         """
-        _check_positive("lease_ms", lease_ms)
+        _check_lease_ms(lease_ms)
+        if now_ms is not None:
+            check_int("now_ms", now_ms, maximum=MAX_CLOCK_MS)
         owner = owner or lease_owner()
         with self._store.write("claim") as db:
             now = now_ms if now_ms is not None else _log.now_ms()
@@ -322,7 +329,7 @@ class SubmissionsMixin:
 
     def renew(self, claim: Claim, *, lease_ms: int = DEFAULT_LEASE_MS) -> None:
         """Extend the claim's lease from now."""
-        _check_positive("lease_ms", lease_ms)
+        _check_lease_ms(lease_ms)
         with self._store.write("renew") as db:
             self._held_txn(db, claim)
             now = _log.now_ms()

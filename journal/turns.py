@@ -24,7 +24,7 @@ from journal import log as _log
 from journal.errors import InvalidArgument, LeaseLost, NoOpenTurn, OpenTurnError
 from journal.model import Event, Phase, StepOutcome, TurnEndReason
 from journal.store import Database, Store
-from journal.validate import encode_copy
+from journal.validate import Codec, check_int, encode_copy
 
 if TYPE_CHECKING:
     from journal.results import Dispatch, PutResult
@@ -169,6 +169,7 @@ class TurnsMixin:
     """The turn and step calls of ``Journal``."""
 
     _store: Store
+    _codec: Codec
 
     def turn_start(self, session_id: str) -> Turn:
         """Open a turn (``turn_start``, numbered from 1 by counting the log's turns)."""
@@ -240,7 +241,7 @@ class TurnsMixin:
         data = {"content": content, **{k: v for k, v in fields.items() if v is not None}}
         # The classifier reads stop_reason; a caller that leaves it out gets the obvious one.
         data.setdefault("stop_reason", "tool_use" if data.get("tool_calls") else "stop")
-        text, copy = encode_copy("assistant_message", data)
+        text, copy = self._codec.encode_copy("assistant_message", data)
         time_ms = _log.now_ms()
         with self._store.write("assistant") as db:
             row = _turn_row_txn(db, turn)
@@ -279,8 +280,7 @@ class TurnsMixin:
         """
         if not isinstance(stream_key, str) or not stream_key:
             raise InvalidArgument("stream_key", "must be a non-empty string")
-        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
-            raise InvalidArgument("index", f"must be an int >= 0, not {index!r}")
+        check_int("index", index)
         if not isinstance(content, str):
             raise InvalidArgument("content", f"must be a string, not {type(content).__name__}")
         with self._store.write("save_chunk") as db:

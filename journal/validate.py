@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
-from journal.errors import InvalidEvent
+from journal.errors import InvalidArgument, InvalidEvent
 from journal.model import (
     APP_TYPE_PREFIX,
     SURFACE_TYPES,
@@ -23,6 +24,20 @@ from journal.model import (
 )
 
 DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
+# Nesting deeper than this is refused: every reader (Python's json, SQLite's json functions,
+# which stop at 1000) must be able to decode whatever was accepted.
+MAX_DEPTH = 100
+# JSON integers are kept only in the signed 64-bit range: SQLite's json functions (the schema's
+# triggers read turn numbers and seqs with them) turn a larger one into a float, and most JSON
+# readers other than Python's lose its low digits.
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
+# An x. type name is printable ASCII without spaces, as a session id is.
+_APP_TYPE = re.compile(r"x\.[\x21-\x7e]{1,254}")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+# Bounds of the numbers callers pass (not event data): a clock in ms up to 2**53 (exact as a
+# float, year 285,000) plus a duration up to a century never leaves SQLite's 64-bit integers.
+MAX_CLOCK_MS = 2**53
+MAX_DURATION_MS = 100 * 365 * 24 * 3600 * 1000
 
 _STR = (str,)
 _INT = "int"  # an int that is not a bool
@@ -90,6 +105,38 @@ _c_encoder = (
 )
 
 
+def check_int(name: str, value: object, *, minimum: int = 0, maximum: int = _INT_MAX) -> int:
+    """``value`` if it is an int (not a bool) in ``minimum..maximum``; else ``InvalidArgument``."""
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
+        raise InvalidArgument(name, f"must be an integer from {minimum} to {maximum}, not {_short_repr(value)}")
+    return int(value)
+
+
+def check_number(name: str, value: object, *, minimum: float, maximum: float) -> float:
+    """``value`` if it is a finite int or float in ``minimum..maximum``; else ``InvalidArgument``."""
+    # NaN fails every comparison and the bounds are finite, so the range check refuses both.
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not minimum <= value <= maximum:
+        raise InvalidArgument(name, f"must be a number from {minimum:g} to {maximum:g}, not {_short_repr(value)}")
+    return float(value)
+
+
+class Codec:
+    """Validation and encoding under one journal's limits: the way its events become text."""
+
+    __slots__ = ("max_event_bytes",)
+
+    def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
+        self.max_event_bytes = max_event_bytes
+
+    def encode(self, type_: object, data: object, *, index: int | None = None) -> str:
+        """``encode`` under this journal's limits."""
+        return encode_copy(type_, data, max_bytes=self.max_event_bytes, index=index)[0]
+
+    def encode_copy(self, type_: object, data: object, *, index: int | None = None) -> tuple[str, dict[str, Any]]:
+        """``encode_copy`` under this journal's limits."""
+        return encode_copy(type_, data, max_bytes=self.max_event_bytes, index=index)
+
+
 def _to_text(value: dict[str, Any]) -> str:
     """Compact JSON text of an already validated copy, as ``_encoder.encode`` gives it."""
     if _c_encoder is None:
@@ -98,9 +145,7 @@ def _to_text(value: dict[str, Any]) -> str:
 
 
 def is_known_type(type_: object) -> bool:
-    return isinstance(type_, str) and (
-        type_ in _FIELDS or (type_.startswith(APP_TYPE_PREFIX) and len(type_) > len(APP_TYPE_PREFIX))
-    )
+    return isinstance(type_, str) and (type_ in _FIELDS or _APP_TYPE.fullmatch(type_) is not None)
 
 
 def encode(
@@ -117,11 +162,19 @@ def encode_copy(
     lists): the returned event's data, made during the validation walk instead of a decode."""
     spec = _FIELDS.get(type_) if isinstance(type_, str) else None
     if spec is None and not is_known_type(type_):
-        raise InvalidEvent("type", f"unknown event type {type_!r}", index)
+        if isinstance(type_, str) and type_.startswith(APP_TYPE_PREFIX):
+            raise InvalidEvent(
+                "type", f"an x. type is 3-256 printable ASCII characters without spaces, not {_short_repr(type_)}", index
+            )
+        raise InvalidEvent("type", f"unknown event type {_short_repr(type_)}", index)
     if not isinstance(data, dict):
         raise InvalidEvent("data", f"must be a JSON object, not {type(data).__name__}", index)
     copy = _copy_json(data, "data", index, set())
     text = _to_text(copy)
+    if not text.isascii() and _SURROGATE.search(text):
+        # A lone surrogate encodes in Python but not as UTF-8: SQLite would refuse it at bind
+        # time, mid-transaction. Name the string that holds it.
+        raise InvalidEvent(_surrogate_at(copy, "data"), "holds a lone surrogate (not valid Unicode text)", index)
     size = len(text.encode("utf-8")) if len(text) * 4 > max_bytes else len(text)
     if size > max_bytes:
         raise InvalidEvent("data", f"encodes to {size} bytes, over the limit of {max_bytes}", index)
@@ -143,14 +196,20 @@ def encode_copy(
 
 
 def _copy_json(value: Any, where: str, index: int | None, path: set[int]) -> Any:
-    """A copy of a JSON value (scalars as they are), refusing what JSON cannot hold."""
+    """A copy of a JSON value (scalars as they are), refusing what JSON cannot hold.
+
+    ``path`` holds the containers being copied around this one: its size is the depth."""
     kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
+    if kind is str or kind is bool or value is None:
         return value
     if isinstance(value, str):  # a str subclass (an enum member, say) is stored as its text
         return str.__str__(value)
     if isinstance(value, int):
-        return bool(value) if isinstance(value, bool) else int(value)
+        if isinstance(value, bool):
+            return bool(value)
+        if not _INT_MIN <= value <= _INT_MAX:
+            raise InvalidEvent(where, f"integer {_int_text(value)} is outside the signed 64-bit range", index)
+        return int(value)
     if isinstance(value, float):
         if not math.isfinite(value):
             raise InvalidEvent(where, f"{value!r} is not a JSON number", index)
@@ -158,14 +217,16 @@ def _copy_json(value: Any, where: str, index: int | None, path: set[int]) -> Any
     if isinstance(value, (dict, list, tuple)):
         if id(value) in path:
             raise InvalidEvent(where, "contains a cycle", index)
+        if len(path) >= MAX_DEPTH:
+            raise InvalidEvent(where, f"nests deeper than the limit of {MAX_DEPTH} levels", index)
         path.add(id(value))
         if isinstance(value, dict):
             copy: Any = {}
             for key, item in value.items():
                 if not isinstance(key, str):
-                    raise InvalidEvent(where, f"has a non-string key {key!r}", index)
+                    raise InvalidEvent(where, f"has a non-string key {_short_repr(key)}", index)
                 kind = type(item)
-                if kind is str or kind is int or kind is bool or item is None:
+                if kind is str or kind is bool or item is None or (kind is int and _INT_MIN <= item <= _INT_MAX):
                     copy[key] = item  # the common leaves, without a call
                 else:
                     copy[key] = _copy_json(item, f"{where}.{key}", index, path)
@@ -176,20 +237,45 @@ def _copy_json(value: Any, where: str, index: int | None, path: set[int]) -> Any
     raise InvalidEvent(where, f"{type(value).__name__} is not JSON", index)
 
 
+def _int_text(value: int) -> str:
+    """An integer too long to print whole (str() refuses past 4300 digits) as its size."""
+    return f"of {value.bit_length()} bits" if value.bit_length() > 256 else str(value)
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _surrogate_at(value: Any, where: str) -> str:
+    """Where in a JSON value (keys included) the first string with a lone surrogate is."""
+    if isinstance(value, str):
+        return where if _SURROGATE.search(value) else ""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        at = f"{where}.{key}" if isinstance(key, str) else f"{where}[{key}]"
+        if isinstance(key, str) and _SURROGATE.search(key):
+            return f"{where} (a key)"
+        found = _surrogate_at(item, at)
+        if found:
+            return found
+    return ""
+
+
 def _check_field(name: str, value: Any, kind: Any, index: int | None) -> None:
     field = f"data.{name}"
     if kind is _INT:
         if not isinstance(value, int) or isinstance(value, bool):
-            raise InvalidEvent(field, f"must be an integer, not {value!r}", index)
+            raise InvalidEvent(field, f"must be an integer, not {_short_repr(value)}", index)
     elif kind is _CONTENT:
         if not isinstance(value, (str, list, tuple, dict)):
-            raise InvalidEvent(field, f"must be a string or JSON content blocks, not {value!r}", index)
+            raise InvalidEvent(field, f"must be a string or JSON content blocks, not {_short_repr(value)}", index)
     elif isinstance(kind, (set, frozenset)):
         if value not in kind:
-            raise InvalidEvent(field, f"must be one of {sorted(kind)}, not {value!r}", index)
+            raise InvalidEvent(field, f"must be one of {sorted(kind)}, not {_short_repr(value)}", index)
     elif not isinstance(value, kind) or (kind is _OBJ and not isinstance(value, dict)):
         expected = {_STR: "a string", _OBJ: "an object", _LIST: "a list", _BOOL: "a boolean"}[kind]
-        raise InvalidEvent(field, f"must be {expected}, not {value!r}", index)
+        raise InvalidEvent(field, f"must be {expected}, not {_short_repr(value)}", index)
 
 
 def _check_tool_calls(calls: Any, index: int | None) -> None:
@@ -202,7 +288,7 @@ def _check_tool_calls(calls: Any, index: int | None) -> None:
             if not isinstance(call.get(name), str) or not call[name]:
                 raise InvalidEvent(f"{where}.{name}", "must be a non-empty string", index)
         if call["id"] in seen:
-            raise InvalidEvent(f"{where}.id", f"duplicate tool call id {call['id']!r}", index)
+            raise InvalidEvent(f"{where}.id", f"duplicate tool call id {_short_repr(call['id'])}", index)
         seen.add(call["id"])
 
 
@@ -220,5 +306,7 @@ def _check_surface_op(type_: str, op: Any, index: int | None) -> None:
     ):
         return
     raise InvalidEvent(
-        "data.surface_op", f'must be "append" or ["replace", start, stop] with 0 <= start <= stop, not {op!r}', index
+        "data.surface_op",
+        f'must be "append" or ["replace", start, stop] with 0 <= start <= stop, not {_short_repr(op)}',
+        index,
     )
