@@ -19,6 +19,7 @@ from journal.errors import (
     BoundaryOutOfRange,
     InvalidArgument,
     InvalidBoundary,
+    NoOpenTurn,
     OpenTurnError,
     ResultExists,
     SchemaViolation,
@@ -31,6 +32,7 @@ from journal.store import Database, Store
 from journal.validate import Codec, check_int
 
 _SESSION_ID = re.compile(r"[\x21-\x7e]{1,256}")
+_OPEN_TURN = "SELECT 1 FROM turn_journal INDEXED BY turn_journal_open WHERE session_id = ? AND end_seq IS NULL"
 _INSERT = "INSERT INTO events (session_id, seq, type, data, time_ms) VALUES (?, ?, ?, ?, ?)"
 _NEXT = (
     "SELECT s.seed_length, (SELECT max(seq) FROM events WHERE session_id = s.id) "
@@ -137,6 +139,17 @@ def insert_txn(
             assert call_id is not None
             raise ResultExists(session_id, call_id) from exc
         raise SchemaViolation(f"append of {type_}", str(exc)) from exc
+
+
+def check_dispatch_in_turn_txn(db: Database, session_id: str, type_: str, data: dict[str, Any]) -> None:
+    """A ``tool_call`` (a dispatch) written by a plain append needs an open turn in its session:
+    recovery closes turns, so a call dispatched outside one would stay owed forever."""
+    if type_ == "tool_call" and db.one(_OPEN_TURN, (session_id,)) is None:
+        next_seq_txn(db, session_id)  # SessionNotFound first
+        dispatched = dispatch_seq_txn(db, session_id, data["id"])
+        if dispatched is not None:  # the more useful answer: it can never be dispatched again
+            raise AlreadyDispatched(session_id, data["id"], dispatched)
+        raise NoOpenTurn(session_id, "a tool_call (a dispatch) is appended only inside an open turn")
 
 
 def _call_row_txn(db: Database, session_id: str, call_id: str, column: str) -> Any:
@@ -292,6 +305,7 @@ class LogMixin:
         def work(db: Database) -> int:
             seq = db.next_seqs.get(session_id, guesses.get(session_id))
             if seq is None or type in _GUARDED:
+                check_dispatch_in_turn_txn(db, session_id, type, copy)
                 seq = append_text_txn(db, session_id, type, text, time_ms, call_id=call_id_of(type, copy))
             else:
                 try:
@@ -322,6 +336,7 @@ class LogMixin:
             special = any(t in ("tool_result", "tool_call") for t, _ in encoded)
             if special:
                 for offset, (type_, text) in enumerate(encoded):
+                    check_dispatch_in_turn_txn(db, session_id, type_, copies[offset])
                     insert_txn(db, session_id, first + offset, type_, text, time_ms, call_id=call_id_of(type_, copies[offset]))
             else:
                 try:

@@ -95,14 +95,18 @@ def _check_turn_txn(db: Database, session_id: str, requested_seq: int, turn: Tur
         (session_id, requested_seq),
     )
     inside = row is not None and (row[1] is None or row[1] > requested_seq)
+    if not inside:
+        # Outside a turn nothing would close the call after a crash (recovery closes turns):
+        # scan, recover and the provider view could disagree about it, so it never starts.
+        raise NoOpenTurn(session_id, "the call was requested outside a turn; dispatch calls inside an open turn")
     if turn is not None:
-        if not inside or row[0] != turn.start_seq:
+        if row[0] != turn.start_seq:
             raise LeaseLost(session_id, turn.attempt, "the call was not requested in this turn")
         if row[2] != turn.attempt:
             raise LeaseLost(session_id, turn.attempt, f"attempt {row[2]} holds the turn now")
         if row[1] is not None:
             raise LeaseLost(session_id, turn.attempt, f"the turn was closed at seq {row[1]}")
-    elif inside and row[1] is not None:
+    elif row[1] is not None:
         raise NoOpenTurn(session_id, f"the turn that requested this call was closed at seq {row[1]}")
 
 

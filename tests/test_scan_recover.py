@@ -178,8 +178,8 @@ def test_g8_property_recover_closes_every_turn_keeps_history_and_is_idempotent(t
         for type_, data in items:
             try:
                 j.append(s, type_, data)
-            except (journal.ResultExists, journal.AlreadyDispatched):
-                pass  # the schema refuses a second result or dispatch: that is G5, not this test
+            except (journal.ResultExists, journal.AlreadyDispatched, journal.NoOpenTurn):
+                pass  # a second result or dispatch (G5), a dispatch outside a turn: not this test
         before = j.events(s)
         assert [r.type for r in pure.plan(before)] == [r.type for r in j.plan(s)]
         j.recover(s)
@@ -209,3 +209,30 @@ with journal.open(sys.argv[1]) as j:
         assert "MAY have run" in synthetic[0].data["content"]
         assert "did not run and had no side effects" in synthetic[1].data["content"]
     assert json.loads((tmp_path / "ledger").read_text().splitlines()[-1])["call"] == "t1-rm"
+
+
+def test_g12_a_dispatch_outside_a_turn_is_refused_so_scan_recover_and_the_provider_view_agree(j, fresh) -> None:
+    s = j.create_session().id
+    j.append(s, "assistant_message", {"content": "", "tool_calls": [{"id": "c1", "name": "t", "arguments": {}}]})
+    count = j.count(s)
+    with pytest.raises(journal.NoOpenTurn):
+        j.dispatch(s, "c1")
+    with pytest.raises(journal.NoOpenTurn):
+        j.append(s, "tool_call", {"id": "c1", "name": "t"})
+    with pytest.raises(journal.NoOpenTurn):
+        j.append_many(s, [("user_message", {"content": "x"}), ("tool_call", {"id": "c1", "name": "t"})])
+    assert fresh().count(s) == count
+    # Nothing was dispatched, so nothing may have run: the scan names no call, and the result
+    # the provider view misses is the caller's to write (a put_result works outside a turn).
+    assert j.scan().pending_calls == () and j.recover() == []
+    assert [m.tool_call_id for m in j.provider_view(s).missing] == ["c1"]
+    assert j.put_result(s, "c1", "done").won and j.provider_view(s).missing == ()
+    # Inside a turn, a plain append of a dispatch (as a batch that opens the turn) is accepted.
+    j.append_many(s, [("turn_start", {"turn": 1}), ("assistant_message", {"content": "", "tool_calls": [
+        {"id": "c2", "name": "t", "arguments": {}}]}), ("tool_call", {"id": "c2", "name": "t"})])  # fmt: skip
+    assert [c.call_id for c in j.scan().pending_calls] == ["c2"]
+    (result,) = j.recover()
+    assert [e.data.get("metadata", {}).get("risk") for e in result.appended if e.type == "tool_result"] == [
+        "tool_outcome_unknown"
+    ]
+    assert j.scan().clean and j.provider_view(s).missing == ()
