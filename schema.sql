@@ -65,6 +65,10 @@ CREATE TABLE turn_journal (
     outer_start    INTEGER,
     end_seq        INTEGER,
     end_reason     TEXT CHECK (end_reason IS NULL OR end_reason IN ('complete', 'rejected', 'interrupted')),
+    -- The process driving the turn (host:pid:process-start-time), set by the turn API and by a
+    -- claim; NULL for a turn opened by a plain append. Recovery closes a turn only once its
+    -- owner is gone (or when forced). Last, where a migration from version 2 adds it.
+    owner          TEXT,
     PRIMARY KEY (session_id, start_seq),
     CHECK ((end_seq IS NULL) = (phase <> 'committed'))
 ) STRICT, WITHOUT ROWID;

@@ -42,7 +42,8 @@ from journal.recovery import synthetic_result
 from journal.results import put_result_txn
 from journal.scan import apply_plan_txn
 from journal.store import Database, Store
-from journal.submissions import Submission, get_submission_txn, owner_is_dead
+from journal.owners import owner_is_dead
+from journal.submissions import Submission, get_submission_txn
 from journal.turns import append_txn
 from journal.validate import MAX_CLOCK_MS, check_int, check_number, encode
 

@@ -19,6 +19,7 @@ from journal import log as _log
 from journal import recovery as _recovery
 from journal.errors import InvalidArgument
 from journal.model import Event, Phase
+from journal.owners import held_elsewhere
 from journal.recovery import Repair
 from journal.results import put_result_txn
 from journal.store import Database, Store
@@ -51,6 +52,8 @@ class OpenTurn:
     attempt: int
     submission_id: str | None
     owed: tuple[OwedCall, ...]
+    owner: str | None = None  # the process driving it (host:pid:start), if recorded
+    held: bool = False  # that process may still be driving it: recover() leaves it unless forced
 
 
 @attrs.frozen
@@ -126,20 +129,44 @@ class RecoveryResult:
 
     session_id: str
     appended: tuple[Event, ...]
+    live_owner: str | None = None  # set when the turn's owner may still be driving it: nothing appended
 
     def to_dict(self) -> dict[str, Any]:
-        return {"session_id": self.session_id, "appended": [e.to_dict() for e in self.appended]}
+        return {
+            "session_id": self.session_id,
+            "appended": [e.to_dict() for e in self.appended],
+            "live_owner": self.live_owner,
+        }
+
+
+_OPEN_TURNS = (
+    "SELECT t.session_id, t.start_seq, t.turn, t.phase, t.attempt, t.submission_id, t.owner, "
+    "q.state, q.lease_owner, q.lease_expires_ms FROM turn_journal AS t "
+    "LEFT JOIN submissions AS q ON q.id = t.submission_id WHERE t.end_seq IS NULL"
+)
+
+
+def _held(owner: str | None, sub_state: str | None, lease_owner: str | None, lease_expires_ms: int | None, now: int) -> bool:
+    """Whether a turn's owner may still be driving it. A claimed turn is held while its lease
+    is (the same owner, not expired, not dead); a turn of the turn API while its process lives."""
+    if sub_state is not None and (sub_state != "running" or lease_owner != owner or (lease_expires_ms or 0) <= now):
+        return False
+    return held_elsewhere(owner)
+
+
+def held_by_txn(db: Database, session_id: str, now: int) -> str | None:
+    """The owner that may still be driving an open turn of the session, or ``None``."""
+    for row in db.execute(_OPEN_TURNS + " AND t.session_id = ?", (session_id,)):
+        if _held(row[6], *row[7:], now):
+            return row[6]
+    return None
 
 
 def open_turns_txn(db: Database) -> list[OpenTurn]:
     turns = []
-    rows = list(
-        db.execute(
-            "SELECT session_id, start_seq, turn, phase, attempt, submission_id FROM turn_journal "
-            "WHERE end_seq IS NULL ORDER BY session_id, start_seq"
-        )
-    )
-    for session_id, start_seq, turn, phase, attempt, submission_id in rows:
+    now = _log.now_ms()
+    rows = list(db.execute(_OPEN_TURNS + " ORDER BY t.session_id, t.start_seq"))
+    for session_id, start_seq, turn, phase, attempt, submission_id, owner, *lease in rows:
         owed = tuple(
             OwedCall(*row)
             for row in db.execute(
@@ -149,7 +176,8 @@ def open_turns_txn(db: Database) -> list[OpenTurn]:
                 (session_id, start_seq),
             )
         )
-        turns.append(OpenTurn(session_id, start_seq, turn, Phase(phase), attempt, submission_id, owed))
+        held = _held(owner, *lease, now)
+        turns.append(OpenTurn(session_id, start_seq, turn, Phase(phase), attempt, submission_id, owed, owner, held))
     return turns
 
 
@@ -220,6 +248,7 @@ class ScanMixin:
         policy: str = "close",
         registry: Any = None,
         on_indeterminate: Any = None,
+        force: bool = False,
     ) -> list[RecoveryResult]:
         """Close what a crash left open, by appending (never truncating).
 
@@ -228,20 +257,38 @@ class ScanMixin:
         close policy: with no ``session_id``, every session the scan names is recovered, each in
         one transaction with the plan computed inside it, so concurrent recoverers produce one
         repair.
+
+        A turn whose owner may still be driving it (another process of this host that is alive,
+        a process of another host, or a claim whose lease holds) is not a crash: its session is
+        left alone, and its result says who holds it (``live_owner``). ``force=True`` closes it
+        all the same. Turns opened by this process are closed (it is not driving them while it
+        recovers), as are turns opened by a plain append, which record no owner.
         """
         if policy != "close":
             raise InvalidArgument("policy", f'only "close" is a recovery policy (use reconcile() to resume), not {policy!r}')
+        report = self.scan() if session_id is None or (registry is not None and not force) else None
         if registry is not None:
-            self.recover_effects(registry, session_id=session_id, on_indeterminate=on_indeterminate)  # type: ignore[attr-defined]
+            held = set() if force or report is None else {t.session_id for t in report.open_turns if t.held}
+            if not held:
+                self.recover_effects(registry, session_id=session_id, on_indeterminate=on_indeterminate)  # type: ignore[attr-defined]
+            else:
+                # Effect recovery may re-issue a call: never while the turn's owner may run it.
+                pending = [session_id] if session_id is not None else [c.session_id for c in report.pending_calls]
+                for sid in dict.fromkeys(s for s in pending if s not in held):
+                    self.recover_effects(registry, session_id=sid, on_indeterminate=on_indeterminate)  # type: ignore[attr-defined]
         if session_id is None:
             targets = self.scan().sessions
         else:
             targets = [session_id]
-        return [self._recover_session(sid) for sid in targets]
+        return [self._recover_session(sid, force=force) for sid in targets]
 
-    def _recover_session(self, session_id: str) -> RecoveryResult:
+    def _recover_session(self, session_id: str, *, force: bool) -> RecoveryResult:
         time_ms = _log.now_ms()
         with self._store.write("recover") as db:
+            holder = None if force else held_by_txn(db, session_id, time_ms)
+            if holder is not None:
+                _log.next_seq_txn(db, session_id)  # SessionNotFound for an unknown id
+                return RecoveryResult(session_id, (), live_owner=holder)
             appended = apply_plan_txn(db, session_id, time_ms)
         return RecoveryResult(session_id, tuple(appended))
 

@@ -35,7 +35,8 @@ from journal.model import Durability
 
 APPLICATION_ID = 0x4A524E4C  # "JRNL"
 # 2: the derived-state triggers became one gate trigger and a view; the seq trigger one lookup.
-SCHEMA_VERSION = 2
+# 3: the turn journal names the process driving each turn (owner).
+SCHEMA_VERSION = 3
 SQLITE_HEADER = b"SQLite format 3\x00"
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
 
@@ -74,8 +75,14 @@ def _migrate_1(db: Database) -> None:
         db.execute(statement)
 
 
+def _migrate_2(db: Database) -> None:
+    """Version 2 to 3: the turn journal's owner column (NULL for the turns already there: their
+    owner is unknown, and recovery treats them as before)."""
+    db.execute("ALTER TABLE turn_journal ADD COLUMN owner TEXT")
+
+
 # Each migration takes a file from its version to the next, inside the opening transaction.
-MIGRATIONS: dict[int, Callable[[Database], None]] = {1: _migrate_1}
+MIGRATIONS: dict[int, Callable[[Database], None]] = {1: _migrate_1, 2: _migrate_2}
 
 
 def _translate(

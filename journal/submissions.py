@@ -13,10 +13,7 @@ longer exists is expired at once (a restarted bot need not wait); other leases e
 
 from __future__ import annotations
 
-import functools
 import json
-import os
-import socket
 import uuid
 from typing import Any
 
@@ -26,6 +23,7 @@ from journal import log as _log
 from journal.classify import ResumeMode
 from journal.errors import InvalidArgument, LeaseLost, SubmissionNotFound
 from journal.model import Event, SubmissionState
+from journal.owners import lease_owner, owner_is_dead  # noqa: F401 - owner_is_dead: also imported from here
 from journal.scan import SubmissionInfo
 from journal.store import Database, Store
 from journal.turns import Turn, append_txn, open_turn_txn, start_turn_txn
@@ -105,56 +103,6 @@ class Claim:
 
     def renew(self, *, lease_ms: int = DEFAULT_LEASE_MS) -> None:
         self.journal.renew(self, lease_ms=lease_ms)
-
-
-# -- lease owners ----------------------------------------------------------------------------
-
-
-def _start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (Linux), or ``None`` if unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    return fields[19].decode() if len(fields) > 19 else None
-
-
-@functools.lru_cache(maxsize=1)
-def _host() -> str:
-    return socket.gethostname()
-
-
-def lease_owner() -> str:
-    """This process's lease owner: ``host:pid:process-start-time``."""
-    pid = os.getpid()
-    return f"{_host()}:{pid}:{_start_time(pid) or '?'}"
-
-
-def owner_is_dead(owner: str | None) -> bool:
-    """Whether ``owner`` names a process of this host that no longer exists (or whose pid was
-    reused by a process started later). Another host's process is never declared dead."""
-    parts = (owner or "").rsplit(":", 2)
-    if len(parts) != 3 or parts[0] != _host():
-        return False
-    try:
-        pid = int(parts[1])
-    except ValueError:
-        return False
-    started = _start_time(pid)
-    if started is not None:
-        return parts[2] != "?" and started != parts[2]
-    if os.path.isdir("/proc/self"):
-        return True  # Linux: no /proc entry means no such process
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
 
 
 # -- the mixin -------------------------------------------------------------------------------
@@ -286,21 +234,21 @@ class SubmissionsMixin:
         if input_seq is None:
             if start_seq is not None:
                 raise LeaseLost(sub.session_id, attempt, f"the session has a turn open at seq {start_seq} (recover it)")
-            start_event, number = start_turn_txn(db, sub.session_id, now, submission_id=sub.id, attempt=attempt)
+            start_event, number = start_turn_txn(db, sub.session_id, now, owner=owner, submission_id=sub.id, attempt=attempt)
             start_seq = start_event.seq
             data = dict(sub.data)
             if sub.type in ("user_message", "system_message"):
                 data["submission_id"] = sub.id
             input_seq = append_txn(db, sub.session_id, sub.type, data, now).seq
         elif start_seq is None:
-            start_event, number = start_turn_txn(db, sub.session_id, now, submission_id=sub.id, attempt=attempt)
+            start_event, number = start_turn_txn(db, sub.session_id, now, owner=owner, submission_id=sub.id, attempt=attempt)
             start_seq = start_event.seq
         else:
             number = db.value("SELECT turn FROM turn_journal WHERE session_id = ? AND start_seq = ?", (sub.session_id, start_seq))
             db.execute(
-                "UPDATE turn_journal SET attempt = ?, submission_id = ?, revision = revision + 1 "
+                "UPDATE turn_journal SET attempt = ?, submission_id = ?, owner = ?, revision = revision + 1 "
                 "WHERE session_id = ? AND start_seq = ? AND end_seq IS NULL",
-                (attempt, sub.id, sub.session_id, start_seq),
+                (attempt, sub.id, owner, sub.session_id, start_seq),
             )
         db.execute(
             "UPDATE submissions SET input_seq = ?, turn_start_seq = ? WHERE id = ?", (input_seq, start_seq, sub.id)

@@ -23,6 +23,7 @@ import attrs
 from journal import log as _log
 from journal.errors import InvalidArgument, LeaseLost, NoOpenTurn, OpenTurnError
 from journal.model import Event, Phase, StepOutcome, TurnEndReason
+from journal.owners import lease_owner
 from journal.store import Database, Store
 from journal.validate import Codec, check_int, encode_copy
 
@@ -144,9 +145,9 @@ def last_turn_number_txn(db: Database, session_id: str) -> int:
 
 
 def start_turn_txn(
-    db: Database, session_id: str, time_ms: int, *, submission_id: str | None = None, attempt: int = 1
+    db: Database, session_id: str, time_ms: int, *, owner: str, submission_id: str | None = None, attempt: int = 1
 ) -> tuple[Event, int]:
-    """Open a turn inside the caller's transaction; turns do not nest."""
+    """Open a turn driven by ``owner`` inside the caller's transaction; turns do not nest."""
     open_seq = open_turn_txn(db, session_id)
     if open_seq is None:
         _log.next_seq_txn(db, session_id)  # SessionNotFound before anything else
@@ -157,11 +158,10 @@ def start_turn_txn(
     if submission_id is not None:
         data["submission_id"] = submission_id
     event = append_txn(db, session_id, "turn_start", data, time_ms)
-    if attempt != 1:
-        db.execute(
-            "UPDATE turn_journal SET attempt = ? WHERE session_id = ? AND start_seq = ?",
-            (attempt, session_id, event.seq),
-        )
+    db.execute(
+        "UPDATE turn_journal SET attempt = ?, owner = ? WHERE session_id = ? AND start_seq = ?",
+        (attempt, owner, session_id, event.seq),
+    )
     return event, number
 
 
@@ -175,7 +175,7 @@ class TurnsMixin:
         """Open a turn (``turn_start``, numbered from 1 by counting the log's turns)."""
         time_ms = _log.now_ms()
         with self._store.write("turn_start") as db:
-            event, number = start_turn_txn(db, session_id, time_ms)
+            event, number = start_turn_txn(db, session_id, time_ms, owner=lease_owner())
         return Turn(self, session_id, event.seq, number)
 
     @contextlib.contextmanager

@@ -58,12 +58,22 @@ def make_v1_journal(path: Path) -> None:
 def rows(path: Path) -> dict[str, list[tuple]]:
     conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        return {
-            table: sorted(conn.execute(f"SELECT * FROM {table}"))
-            for table in ("events", "turn_journal", "tool_calls")
-        } | {"sessions": sorted(conn.execute("SELECT id, parent_id, seed_length, meta, created_ms FROM sessions"))}
+        selects = {
+            "events": "SELECT * FROM events",
+            "tool_calls": "SELECT * FROM tool_calls",
+            "turn_journal": f"SELECT {TURN_JOURNAL_V1} FROM turn_journal",
+            "sessions": "SELECT id, parent_id, seed_length, meta, created_ms FROM sessions",
+        }
+        return {table: sorted(conn.execute(sql)) for table, sql in selects.items()}
     finally:
         conn.close()
+
+
+# The turn journal's columns in version 1 (version 3 adds owner).
+TURN_JOURNAL_V1 = (
+    "session_id, start_seq, turn, phase, attempt, revision, checkpoint_seq, tool_request, stream_key, steps, "
+    "step_open, submission_id, outer_start, end_seq, end_reason"
+)
 
 
 def schema_objects(path: Path) -> set[tuple[str, str]]:
