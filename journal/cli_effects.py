@@ -9,9 +9,9 @@ from __future__ import annotations
 import attrs
 import click
 
-import journal
-from journal.cli import _emit_json, _emit_nl, db_option, output_options
+from journal.cli import _emit_json, _emit_nl, _open, db_option, output_options
 from journal.model import OperatorOutcome
+from journal.render import echo
 
 
 @click.command()
@@ -20,7 +20,7 @@ from journal.model import OperatorOutcome
 @output_options
 def indeterminate(db: str, session: str | None, as_json: bool, as_nl: bool) -> None:
     """List the tool calls awaiting an operator (read-only): Unsafe calls that may have run."""
-    with journal.open(db, readonly=True) as j:
+    with _open(db, readonly=True) as j:
         calls = j.indeterminate(session)
     items = [attrs.asdict(call) for call in calls]
     if as_json:
@@ -28,12 +28,12 @@ def indeterminate(db: str, session: str | None, as_json: bool, as_nl: bool) -> N
     elif as_nl:
         _emit_nl(items)
     elif not calls:
-        click.echo("no tool call is awaiting an operator")
+        echo("no tool call is awaiting an operator")
     else:
         for call in calls:
             data = (call.notification or {}).get("data", {})
             reason = f"  ({data['reason']})" if "reason" in data else ""
-            click.echo(f"{call.session_id}  {call.call_id}  {call.name}  dispatched at seq {call.dispatch_seq}{reason}")
+            echo(f"{call.session_id}  {call.call_id}  {call.name}  dispatched at seq {call.dispatch_seq}{reason}")
 
 
 @click.command()
@@ -46,11 +46,11 @@ def indeterminate(db: str, session: str | None, as_json: bool, as_nl: bool) -> N
 @output_options
 def resolve(db: str, session: str, call: str, outcome: str, note: str | None, as_json: bool, as_nl: bool) -> None:
     """Resolve an indeterminate tool call: record what the operator found (ran / did_not_run)."""
-    with journal.open(db) as j:
+    with _open(db) as j:
         event = j.resolve(session, call, outcome=outcome, note=note)
     if as_json:
         _emit_json(event.to_dict())
     elif as_nl:
         _emit_nl([event.to_dict()])
     else:
-        click.echo(f"resolved {session} {call}: {outcome} (seq {event.seq})")
+        echo(f"resolved {session} {call}: {outcome} (seq {event.seq})")

@@ -1,9 +1,9 @@
 """Named crash points: places in the engine where a test can make the process die.
 
 A point is armed with ``arm(name, n)`` or the environment variable ``JOURNAL_CRASH_AT=name[:n]``
-(read at import); the n-th time the engine reaches it, the process kills itself with SIGKILL:
-no cleanup, no flush, no ``finally`` blocks, exactly as ``kill -9`` would. Unarmed, a point costs
-one global lookup.
+(read at import; a malformed value is ignored with a one-line warning on stderr); the n-th time
+the engine reaches it, the process kills itself with SIGKILL: no cleanup, no flush, no
+``finally`` blocks, exactly as ``kill -9`` would. Unarmed, a point costs one global lookup.
 
 Every write transaction of the engine passes two points, ``<operation>.before_commit`` and
 ``<operation>.after_commit``; ``POINTS`` lists the operations.
@@ -14,7 +14,10 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 from collections.abc import Callable, Iterator
+
+from journal.escape import escape
 
 # The operations whose commits are crash points (DESIGN §9). Each gives two points.
 OPERATIONS = (
@@ -44,6 +47,7 @@ OPERATIONS = (
     "notify",
     "resolve",
     "purge",
+    "import",
 )
 POINTS = tuple(f"{op}.{when}" for op in OPERATIONS for when in ("before_commit", "after_commit"))
 # Points around a tool's side effect, reached by tools that call ``reached`` (as the workload of
@@ -99,11 +103,19 @@ def die() -> None:
 
 
 def _from_environment() -> None:
+    """Arm the point ``JOURNAL_CRASH_AT`` names; a malformed value only warns.
+
+    It is read at import, so raising would break every program that imports the library, the
+    ``journal`` command included, over a variable meant for tests."""
     spec = os.environ.get("JOURNAL_CRASH_AT", "").strip()
     if not spec:
         return
     name, _, count = spec.partition(":")
-    arm(name, int(count) if count else 1)
+    if name and (not count or count.isascii() and count.isdigit() and int(count) >= 1):
+        arm(name, int(count) if count else 1)
+        return
+    shown = escape(repr(spec))
+    sys.stderr.write(f"journal: ignoring JOURNAL_CRASH_AT={shown}: expected POINT or POINT:N with N >= 1\n")
 
 
 _from_environment()

@@ -1,4 +1,9 @@
-"""Human-readable text for the command line: a session's log as a transcript, a scan, a plan."""
+"""Human-readable text for the command line: a session's log as a transcript, a scan, a plan.
+
+Each renderer returns a list of lines and ``echo`` prints them, escaping each whole line (G14):
+stored content, a newline in it included, can never start a line, end one early or reach the
+terminal as a control character or a bidi override. Only the breaks between lines are raw.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +11,23 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+import click
+
+from journal.escape import escape
 from journal.model import Event
 from journal.recovery import Repair
 from journal.scan import ScanReport
 
 
+def echo(*lines: object, err: bool = False) -> None:
+    """Print each line escaped: the one way the command line writes text for people."""
+    for line in lines:
+        click.echo(escape(line), err=err)
+
+
 def _short(value: Any, width: int = 72) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    text = " ".join(text.split())
+    """A value on one line, escaped first so that the width counts what is shown."""
+    text = escape(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -72,7 +86,7 @@ def event_line(event: Event) -> tuple[int, str]:
     return 1, f"{t:<10} {_short(d, 70)}"
 
 
-def transcript(events: Iterable[Event]) -> str:
+def transcript(events: Iterable[Event]) -> list[str]:
     """The log as a readable transcript, turns and steps indented, risks marked."""
     lines = []
     depth = 0
@@ -84,17 +98,18 @@ def transcript(events: Iterable[Event]) -> str:
         lines.append(f"{event.seq:>5}  {pad}{text}")
         if event.type == "turn_start":
             depth += 1
-    return "\n".join(lines)
+    return lines
 
 
-def scan_report(report: ScanReport) -> str:
+def scan_report(report: ScanReport) -> list[str]:
+    """The restart scan, one line per piece of unfinished work."""
     if report.clean and not report.queued_submissions:
-        return "clean: no unfinished work"
+        return ["clean: no unfinished work"]
     lines = []
     for turn in report.open_turns:
         lines.append(
             f"open turn {turn.turn} in session {turn.session_id} (seq {turn.start_seq}, phase {turn.phase.value}, "
-            f"attempt {turn.attempt})"
+            f"attempt {turn.attempt})" + (f", held by live process {turn.owner}" if turn.held else "")
         )
         for call in turn.owed:
             state = "dispatched, no result" if call.dispatched else "requested, not dispatched"
@@ -107,12 +122,13 @@ def scan_report(report: ScanReport) -> str:
         lines.append(f"submission {sub.id} ({sub.session_id}): running, lease {sub.reason} (attempt {sub.attempt})")
     for sub in report.queued_submissions:
         lines.append(f"submission {sub.id} ({sub.session_id}): queued")
-    return "\n".join(lines)
+    return lines
 
 
-def plan(session_id: str, repairs: list[Repair]) -> str:
+def plan(session_id: str, repairs: list[Repair]) -> list[str]:
+    """What recovery would append to one session, with the risk of each synthetic result."""
     if not repairs:
-        return f"{session_id}: nothing to repair"
+        return [f"{session_id}: nothing to repair"]
     lines = [f"{session_id}: {len(repairs)} repair(s)"]
     for repair in repairs:
         if repair.type == "tool_result":
@@ -120,10 +136,10 @@ def plan(session_id: str, repairs: list[Repair]) -> str:
             lines.append(f"    synthetic result for {repair.data.get('name')} [{repair.tool_call_id}]: {risk}  {risk_marker(risk)}")
         else:
             lines.append(f"    turn_end {json.dumps(repair.data)}")
-    return "\n".join(lines)
+    return lines
 
 
-def messages(folded: Iterable[Any], *, missing: Iterable[Any] = ()) -> str:
+def messages(folded: Iterable[Any], *, missing: Iterable[Any] = ()) -> list[str]:
     """The folded transcript, one message a line (risk of synthetic results marked)."""
     lines = []
     for position, message in enumerate(folded):
@@ -137,4 +153,4 @@ def messages(folded: Iterable[Any], *, missing: Iterable[Any] = ()) -> str:
         lines.append(f"{position:>4}  {message.role:<9} {body}")
     for gap in missing:
         lines.append(f"      MISSING result for {gap.name} [{gap.tool_call_id}] (run recovery before sending this)")
-    return "\n".join(lines)
+    return lines

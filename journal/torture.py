@@ -26,7 +26,6 @@ with ``spawn``: a script that calls ``campaign()`` must do so under ``if __name_
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import multiprocessing
 import os
 import random
@@ -47,6 +46,7 @@ from journal import crash
 from journal.engine import Journal
 from journal.engine import open as open_journal
 from journal.errors import CorruptJournal, DiskFull, JournalError, JournalIOError, SessionNotFound
+from journal.escape import dumps, escape
 from journal.testing import workload as _scripted
 from journal.testing.faultvfs import FaultVFS
 from journal.testing.harness import CommitWitness, Harness, Verdict, judge
@@ -586,7 +586,8 @@ def render(report: dict[str, Any]) -> str:
     if report.get("workdir"):
         lines.append(f"  the failing trials' files are kept in {report['workdir']}")
     lines.append("  ok: every counter is zero" if report["ok"] else "  PROBLEMS FOUND")
-    return "\n".join(lines)
+    # Problems quote errors and paths: each line is escaped whole, so none can forge another (G14).
+    return "\n".join(escape(line) for line in lines)
 
 
 @click.command()
@@ -607,7 +608,7 @@ def torture(trials: int, seed: int, durability: str, jobs: int, workdir: str | N
     with click.progressbar(length=trials, label=f"torture ({durability})", file=sys.stderr) as bar:
         report = campaign(trials, seed=seed, durability=durability, jobs=jobs, workdir=workdir, progress=bar.update)
     if as_json:
-        click.echo(json.dumps(report, indent=2, default=str))
+        click.echo(dumps(report, indent=2))
     else:
         click.echo(render(report))
     if not report["ok"]:

@@ -166,6 +166,9 @@ with journal.open(path) as j:                        # create_schema
     j.recover(s)
     j.append_many(s, [("x.note", {"n": 1}), ("x.note", {"n": 2})])
     j.fork(s, id="copy")
+    from journal import transfer
+    exported = [line.replace('"copy"', '"copy2"') for line in transfer.export_lines(j, ["copy"])]
+    transfer.import_lines(j, exported)                  # import
     j.purge(s, copy_forks=True)                         # purge
 print("finished")
 """
@@ -174,7 +177,7 @@ OTHER_POINTS = [
     f"{op}.{when}"
     for op in (
         "create_schema", "submit", "claim", "renew", "requeue", "fail", "reconcile", "effect_recovery", "notify",
-        "resolve", "purge",
+        "resolve", "import", "purge",
     )  # fmt: skip
     for when in ("before_commit", "after_commit")
 ]

@@ -1,0 +1,177 @@
+"""Export and import: sessions as JSON lines, and back (``journal export`` / ``journal import``).
+
+For each session, a ``{"session": {"id", "meta", "created_ms"}}`` line, then one
+``{"event": {"session_id", "seq", "type", "data", "time_ms"}}`` line per event of its log. A fork
+is exported with the events it inherits, as a plain session of its own. Only the log and the
+session row travel: derived state (the turn journal, tool-call states) is rebuilt from the events
+by the schema's triggers on import, and what is not an event (submissions, notifications, stream
+chunks, a running turn's phase and stream key, fork parentage) stays behind.
+
+Import checks every record strictly (known keys, right types, contiguous seqs, each event through
+the same validation as an append) and writes each session, its row and its events, in one
+transaction: a refused session leaves nothing behind (G2, G12). Exporting what was imported
+gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from journal import log as _log
+from journal import store as _store
+from journal.engine import Journal
+from journal.errors import InvalidArgument, InvalidEvent, SessionExists
+from journal.escape import dumps
+from journal.validate import encode_copy
+
+_SESSION_KEYS = frozenset({"id", "meta", "created_ms"})
+_EVENT_KEYS = frozenset({"session_id", "seq", "type", "data", "time_ms"})
+_INT_MAX = 2**63 - 1
+
+
+def export_lines(j: Journal, session_ids: Iterable[str] | None = None) -> Iterator[str]:
+    """The sessions (all of them, oldest first, by default) as JSON lines, without newlines."""
+    ids = [s.id for s in j.sessions()] if session_ids is None else list(session_ids)
+    for sid in ids:
+        info = j.session(sid)
+        yield dumps({"session": {"id": info.id, "meta": info.meta, "created_ms": info.created_ms}})
+        for event in j.events(sid):
+            yield dumps({"event": event.to_dict()})
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise ValueError(f"duplicate key {key!r}")
+        found[key] = value
+    return found
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_json(text: str) -> Any:
+    """Strict JSON: no NaN or Infinity, no key twice in one object; ``ValueError`` otherwise."""
+    return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+
+
+def _record(number: int, line: str | bytes) -> dict[str, Any] | None:
+    """One line as a record, or ``None`` for a blank line; ``InvalidArgument`` names the line."""
+    where = f"line {number}"
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidArgument(where, f"not UTF-8 text (byte {exc.start})") from None
+    if not line.strip():
+        return None
+    try:
+        record = parse_json(line)
+    except ValueError as exc:
+        raise InvalidArgument(where, f"not JSON: {exc}") from None
+    if not isinstance(record, dict) or len(record) != 1 or not ({"session", "event"} & record.keys()):
+        raise InvalidArgument(where, 'expected {"session": {...}} or {"event": {...}}')
+    return record
+
+
+def _fields(where: str, value: Any, keys: frozenset[str], required: frozenset[str]) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidArgument(where, "must be a JSON object")
+    unknown = sorted(value.keys() - keys)
+    if unknown:
+        raise InvalidArgument(where, f"unknown field {unknown[0]!r}")
+    missing = sorted(required - value.keys())
+    if missing:
+        raise InvalidArgument(where, f"missing field {missing[0]!r}")
+    return value
+
+
+def _int(where: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _INT_MAX:
+        raise InvalidArgument(where, f"must be an integer from 0 to 2**63-1, not {value!r}")
+    return value
+
+
+class _Pending:
+    """One session read from the file and validated, not yet written."""
+
+    def __init__(self, where: str, fields: dict[str, Any], max_bytes: int) -> None:
+        try:
+            self.id = _log.check_session_id(fields["id"])
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"{where}: id", exc.problem) from None
+        meta = fields.get("meta")
+        if meta is not None and not isinstance(meta, dict):
+            raise InvalidArgument(f"{where}: meta", "must be a JSON object or null")
+        self.meta = None if meta is None else _encoded(where, "x.meta", meta, max_bytes)[0]
+        created = fields.get("created_ms")
+        self.created_ms = _log.now_ms() if created is None else _int(f"{where}: created_ms", created)
+        self.events: list[tuple[int, str, str, int, str | None]] = []
+
+    def add(self, where: str, fields: dict[str, Any], max_bytes: int) -> None:
+        if fields["session_id"] != self.id:
+            problem = f"{fields['session_id']!r} is not the session above ({self.id!r})"
+            raise InvalidArgument(f"{where}: session_id", problem)
+        seq = _int(f"{where}: seq", fields["seq"])
+        if seq != len(self.events):
+            raise InvalidArgument(f"{where}: seq", f"{seq} breaks the sequence (expected {len(self.events)})")
+        time_ms = _int(f"{where}: time_ms", fields["time_ms"])
+        text, copy = _encoded(where, fields["type"], fields["data"], max_bytes)
+        self.events.append((seq, fields["type"], text, time_ms, _log.call_id_of(fields["type"], copy)))
+
+
+def _encoded(where: str, type_: Any, data: Any, max_bytes: int) -> tuple[str, dict[str, Any]]:
+    """``encode_copy`` (the append's own validation), its refusal naming the line."""
+    try:
+        return encode_copy(type_, data, max_bytes=max_bytes)
+    except InvalidEvent as exc:
+        raise InvalidEvent(f"{where}: {exc.field}", exc.problem) from None
+
+
+def _write(j: Journal, pending: _Pending) -> None:
+    """The session row and all its events, in one transaction."""
+    with j._store.write("import") as db:
+        try:
+            db.execute(
+                "INSERT INTO sessions (id, meta, created_ms) VALUES (?, ?, ?)",
+                (pending.id, pending.meta, pending.created_ms),
+            )
+        except _store.ConstraintError as exc:
+            if exc.extendedresult in (_store.CONSTRAINT_PRIMARYKEY, _store.CONSTRAINT_UNIQUE):
+                raise SessionExists(pending.id) from exc
+            raise
+        for seq, type_, text, time_ms, call_id in pending.events:
+            _log.insert_txn(db, pending.id, seq, type_, text, time_ms, call_id=call_id)
+
+
+def import_lines(j: Journal, lines: Iterable[str | bytes]) -> int:
+    """Import what ``export_lines`` wrote; returns how many sessions were imported.
+
+    Each session is checked whole before its one transaction, so a refused one (``InvalidArgument``
+    or ``InvalidEvent`` naming the line, ``SessionExists``) leaves nothing of itself; the sessions
+    before it in the file stay imported, the ones after it are not read."""
+    max_bytes = j._max_event_bytes
+    pending: _Pending | None = None
+    imported = 0
+    for number, line in enumerate(lines, start=1):
+        record = _record(number, line)
+        if record is None:
+            continue
+        where = f"line {number}"
+        if "session" in record:
+            if pending is not None:
+                _write(j, pending)
+                imported += 1
+            pending = _Pending(where, _fields(where, record["session"], _SESSION_KEYS, frozenset({"id"})), max_bytes)
+        elif pending is None:
+            raise InvalidArgument(where, "an event before any session line")
+        else:
+            pending.add(where, _fields(where, record["event"], _EVENT_KEYS, _EVENT_KEYS), max_bytes)
+    if pending is not None:
+        _write(j, pending)
+        imported += 1
+    return imported
