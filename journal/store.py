@@ -3,7 +3,8 @@
 Everything above this module speaks the library's own types. A write is ``with store.write(op)
 as db:``: one ``BEGIN IMMEDIATE`` transaction, committed on exit. A read is ``with store.read()
 as db:``: one snapshot. Driver errors are translated here, by result code, into
-``journal.errors``.
+``journal.errors``. Whether a file is a journal is decided from its bytes (``journal._header``)
+before SQLite may touch it (G13).
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ import os
 import random
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from importlib import resources
 from typing import Any
 
 import apsw
 
-from journal import crash
+from journal import _header, crash
 from journal.errors import (
     CorruptJournal,
     DiskFull,
@@ -37,7 +39,7 @@ APPLICATION_ID = 0x4A524E4C  # "JRNL"
 # 2: the derived-state triggers became one gate trigger and a view; the seq trigger one lookup.
 # 3: the turn journal names the process driving each turn (owner).
 SCHEMA_VERSION = 3
-SQLITE_HEADER = b"SQLite format 3\x00"
+SQLITE_HEADER = _header.SQLITE_HEADER
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
 
 # Extended result codes callers branch on (never the message text).
@@ -184,7 +186,7 @@ class Store:
         self._conn = self._connect(vfs)
         try:
             self._configure(checkpoint_pages)
-            self._prepare_schema()
+            self._prepare_schema(checkpoint_pages)
         except BaseException as exc:
             _close_quietly(self._conn)
             if isinstance(exc, apsw.Error):
@@ -196,20 +198,19 @@ class Store:
     # -- opening -------------------------------------------------------------------------------
 
     def _connect(self, vfs: str | None) -> apsw.Connection:
+        """A connection to a file known, from its bytes, to be a journal or new or empty (G13).
+
+        SQLite writes as soon as it reads (it rolls back a hot journal, rebuilds a -shm, and
+        folds a -wal in on close), so a foreign file is refused before any connection exists.
+        """
         if os.path.isdir(self.path):
             raise NotAJournal(self.path, "a directory")
-        exists = os.path.exists(self.path) and os.path.getsize(self.path) > 0
-        if exists:
-            with open(self.path, "rb") as f:
-                header = f.read(len(SQLITE_HEADER))
-            # A power cut while a new file was being created can leave its first sector unwritten
-            # beside a hot rollback journal: SQLite rolls that back on open, so let it.
-            torn_new_file = header == bytes(len(header)) and os.path.exists(self.path + "-journal")
-            if header != SQLITE_HEADER and not torn_new_file:
-                raise NotAJournal(self.path, "not an SQLite database")
-        elif self.readonly:
-            raise NotAJournal(self.path, "no such journal (a read-only open never creates one)")
-        else:
+        # Only the default VFS keeps a file's bytes where the path says, so only then can they be
+        # read before SQLite opens the file (a test VFS may keep them elsewhere, or count reads).
+        verdict = self._identify() if vfs is None else self._identify_by_magic()
+        if verdict is _header.Verdict.NEW:
+            if self.readonly:
+                raise NotAJournal(self.path, "no such journal (a read-only open never creates one)")
             # A new file is created 0600 (transcripts hold secrets); SQLite gives the -wal and
             # -shm files the main file's mode.
             try:
@@ -217,12 +218,82 @@ class Store:
             except OSError as exc:
                 raise JournalIOError("open", "absent", str(exc)) from exc
             os.close(fd)
+        elif verdict is _header.Verdict.EMPTY and self.readonly:
+            raise NotAJournal(self.path, "an empty database (open it writable once to create it)")
         flags = apsw.SQLITE_OPEN_READONLY if self.readonly else apsw.SQLITE_OPEN_READWRITE
         try:
             kwargs: dict[str, Any] = {"flags": flags}
             if vfs is not None:
                 kwargs["vfs"] = vfs
-            return apsw.Connection(self.path, **kwargs)
+            conn = apsw.Connection(self.path, **kwargs)
+        except apsw.Error as exc:
+            raise self._translate(exc, "open", outcome="absent") from exc
+        if self.readonly and vfs is None:
+            return self._readable(conn)
+        return conn
+
+    def _identify(self) -> _header.Verdict:
+        """G13 from the bytes on disk: refuse a foreign file before SQLite may write to it."""
+        try:
+            identity = _header.identify(self.path, APPLICATION_ID)
+        except OSError as exc:
+            raise JournalIOError("open", "absent", str(exc)) from exc
+        if identity.verdict is _header.Verdict.FOREIGN:
+            raise NotAJournal(self.path, identity.reason)
+        if identity.verdict is _header.Verdict.JOURNAL and identity.user_version > SCHEMA_VERSION:
+            raise SchemaTooNew(self.path, identity.user_version, SCHEMA_VERSION)
+        return identity.verdict
+
+    def _identify_by_magic(self) -> _header.Verdict:
+        """The check for a custom VFS: the SQLite magic only; ``_configure`` decides the rest."""
+        try:
+            with open(self.path, "rb") as f:
+                header = f.read(len(SQLITE_HEADER))
+        except FileNotFoundError:
+            return _header.Verdict.NEW
+        except OSError as exc:
+            raise JournalIOError("open", "absent", str(exc)) from exc
+        if not header:
+            return _header.Verdict.NEW
+        # A power cut while a new file was being created can leave its first sector unwritten
+        # beside a hot rollback journal: SQLite rolls that back on open, so let it.
+        torn_new_file = header == bytes(len(header)) and os.path.exists(self.path + "-journal")
+        if header != SQLITE_HEADER and not torn_new_file:
+            raise NotAJournal(self.path, "not an SQLite database")
+        return _header.Verdict.JOURNAL
+
+    def _readable(self, conn: apsw.Connection) -> apsw.Connection:
+        """``conn``, or an immutable connection when the -shm cannot be made (a read-only
+        directory: a backup, another user's file).
+
+        SQLite reads a WAL file through its -shm: it needs to create one unless both the -wal
+        and the -shm already exist. Without them, everything committed is in the main file only
+        if the -wal holds no commit; then the file is read as immutable (no locks, no side
+        files: a writer changing it meanwhile is not seen consistently, as for any backup).
+        """
+        try:
+            conn.pragma("schema_version")  # the first read opens the -wal and the -shm
+            return conn
+        except (apsw.CantOpenError, apsw.ReadOnlyError) as exc:
+            failure: apsw.Error = exc
+        except apsw.Error:
+            return conn  # not about the side files: _configure reads again and says what
+        try:
+            unreadable = _header.wal_has_commits(self.path)
+        except OSError:
+            unreadable = True
+        _close_quietly(conn)
+        if unreadable:
+            raise JournalIOError(
+                "open",
+                "absent",
+                f"cannot read {self.path}: its directory is not writable and its -wal holds commits "
+                "that may not be in the main file yet; copy the file with its -wal and -shm to a "
+                "writable place",
+            ) from failure
+        uri = "file:" + urllib.parse.quote(self.path) + "?immutable=1"
+        try:
+            return apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
         except apsw.Error as exc:
             raise self._translate(exc, "open", outcome="absent") from exc
 
@@ -254,7 +325,7 @@ class Store:
         if checkpoint_pages is not None:
             conn.pragma("wal_autocheckpoint", checkpoint_pages)
 
-    def _prepare_schema(self) -> None:
+    def _prepare_schema(self, checkpoint_pages: int | None) -> None:
         version = self._conn.pragma("user_version")
         if version == SCHEMA_VERSION:
             return
@@ -284,6 +355,21 @@ class Store:
             db.execute(schema_sql())
             db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        if checkpoint_pages != 0:
+            self._checkpoint_new_file()
+
+    def _checkpoint_new_file(self) -> None:
+        """Copy a new journal's creation into the main file, so its header names it at once.
+
+        Until then the application id is only in the -wal, and every other opener must read the
+        -wal to tell the file from a foreign one (G13). ``checkpoint_pages=0`` (no automatic
+        checkpoints) is left alone. A failure is the disk's, and is raised: the creation itself
+        is committed, and the next open finds it.
+        """
+        try:
+            self._conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+        except apsw.Error as exc:
+            raise self._translate(exc, "open", outcome="present") from exc
 
     # -- transactions --------------------------------------------------------------------------
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
+import signal
 import stat
 import threading
 from pathlib import Path
@@ -15,6 +17,8 @@ import pytest
 import journal
 from journal import store
 from journal.classify import ResumeMode
+
+from .conftest import run_child
 
 
 def sha256(path: Path) -> str:
@@ -196,3 +200,107 @@ def test_a_lone_insert_waits_for_another_writer_then_takes_the_next_seq(db_path:
 def test_a_directory_is_not_a_journal(tmp_path: Path) -> None:
     with pytest.raises(journal.NotAJournal):
         journal.open(tmp_path)
+
+
+# -- a journal in a directory the reader cannot write ---------------------------------------------
+
+READ_IN_A_READ_ONLY_DIRECTORY = """
+import json, os, sys, journal
+directory, path = sys.argv[1], sys.argv[2]
+try:  # the test means nothing if this process could write there after all
+    open(os.path.join(directory, "probe"), "w").close()
+    print(json.dumps({"wrote": True}))
+    raise SystemExit(0)
+except PermissionError:
+    pass
+try:
+    with journal.open(path, readonly=True) as j:
+        print(json.dumps({"count": j.count("s")}))
+except journal.JournalError as exc:
+    print(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
+"""
+
+
+def _without_write_permission() -> None:
+    """In the child, before it starts: take away root's power to ignore file permissions
+    (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH) from the capabilities it will run with."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in (1, 2):
+        if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+def _read_in_a_read_only_directory(path: Path) -> dict:
+    directory = path.parent
+    directory.chmod(0o555)
+    try:
+        kwargs = {"preexec_fn": _without_write_permission} if os.geteuid() == 0 else {}
+        done = run_child(READ_IN_A_READ_ONLY_DIRECTORY, str(directory), str(path), **kwargs)
+    finally:
+        directory.chmod(0o755)
+    if done.returncode != 0 and "PR_CAPBSET_DROP" in done.stderr:
+        pytest.skip("cannot run a reader without write permission here (no CAP_SETPCAP to drop root's)")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert "wrote" not in result, "the child could write to the read-only directory"
+    return result
+
+
+def _journal_with_events(path: Path, count: int) -> None:
+    path.parent.mkdir()
+    with journal.open(path) as j:
+        j.create_session("s")
+        for i in range(count):
+            j.append("s", "user_message", {"content": f"event {i}"})
+
+
+def test_a_readonly_open_in_a_directory_it_cannot_write_reads_a_checkpointed_journal(tmp_path: Path) -> None:
+    path = tmp_path / "backup" / "j.db"
+    _journal_with_events(path, 3)
+    assert not Path(f"{path}-wal").exists()
+    before = sha256(path)
+    assert _read_in_a_read_only_directory(path) == {"count": 3}
+    assert sha256(path) == before
+    assert sorted(p.name for p in path.parent.iterdir()) == ["j.db"]
+
+
+KILLED_WITH_COMMITS_IN_THE_WAL = """
+import os, signal, sys, journal
+j = journal.open(sys.argv[1], checkpoint_pages=0)
+j.create_session("s")
+for i in range(4):
+    j.append("s", "user_message", {"content": "event %d" % i})
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_readonly_open_in_a_directory_it_cannot_write_reads_the_wal_through_an_existing_shm(tmp_path: Path) -> None:
+    path = tmp_path / "backup" / "j.db"
+    path.parent.mkdir()
+    done = run_child(KILLED_WITH_COMMITS_IN_THE_WAL, str(path))
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert Path(f"{path}-shm").exists() and Path(f"{path}-wal").stat().st_size > 0
+    assert _read_in_a_read_only_directory(path) == {"count": 4}
+
+
+def test_a_readonly_open_in_a_directory_it_cannot_write_refuses_clearly_when_the_wal_cannot_be_read(
+    tmp_path: Path,
+) -> None:
+    # Commits only in the -wal, and no -shm to read it through: the main file alone is stale.
+    path = tmp_path / "backup" / "j.db"
+    path.parent.mkdir()
+    done = run_child(KILLED_WITH_COMMITS_IN_THE_WAL, str(path))
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    Path(f"{path}-shm").unlink()
+    result = _read_in_a_read_only_directory(path)
+    assert result["error"] == "JournalIOError"
+    assert "directory is not writable" in result["message"] and "-wal" in result["message"]
+
+
+def test_a_readonly_open_in_a_directory_it_cannot_write_reads_past_a_wal_without_commits(tmp_path: Path) -> None:
+    path = tmp_path / "backup" / "j.db"
+    _journal_with_events(path, 2)
+    Path(f"{path}-wal").write_bytes(b"")  # left empty by a writer that checkpointed and truncated
+    assert _read_in_a_read_only_directory(path) == {"count": 2}
