@@ -74,6 +74,7 @@ _RETRYABLE_MESSAGE = re.compile(
             r"fetch failed",
             r"timed[ _-]?out",
             r"timeout",
+            r"throttl(?:ed|ing)",  # Bedrock's ThrottlingException, "request was throttled"
         ]
     ),
     re.IGNORECASE,
@@ -97,6 +98,23 @@ _OVERFLOW_MESSAGE = re.compile(
             r"reduce the length of the messages",  # Groq, OpenAI
             r"exceeds the available context size",  # llama.cpp
             r"greater than the context length",  # LM Studio
+        ]
+    ),
+    re.IGNORECASE,
+)
+
+# Transient failures whose wording can match an overflow pattern: Bedrock throttles with
+# "ThrottlingException: Too many tokens, please wait before trying again", and rate limits
+# count tokens too. A message matching one of these is never an overflow, whatever else it
+# says: it is retried as it is, not compacted. No bare status number here: OpenAI's overflow
+# message "you requested 4429 tokens (429 in the messages, ...)" holds a whole 429.
+_NOT_OVERFLOW_MESSAGE = re.compile(
+    "|".join(
+        [
+            r"^\s*(?:throttling error|service unavailable)\s*:",  # Bedrock's error prefixes
+            r"throttl(?:ed|ing)",  # Bedrock's ThrottlingException, and others' wording
+            r"rate[ _-]?limit",
+            r"too many requests",
         ]
     ),
     re.IGNORECASE,
@@ -277,23 +295,34 @@ def is_retryable_error(assistant_or_message: Event | str) -> bool:
 
     Takes an error message, or an assistant message event, which counts only when its
     ``stop_reason`` is ``error`` (an aborted answer is not an error, whatever its text says).
-    HTTP statuses match as whole numbers only. A context-overflow message is never retryable,
-    even when it also mentions a rate limit: the same request would overflow again.
+    HTTP statuses match as whole numbers only. A context-overflow message is never retryable
+    (the same request would overflow again), but a rate limit or a throttle that mentions
+    tokens is not an overflow: it is retryable.
     """
     message = _text(assistant_or_message)
     if message is None:
         if not _is_assistant(assistant_or_message, StopReason.ERROR.value):
             return False
         message = _error_message(assistant_or_message)
-    if not message or _OVERFLOW_MESSAGE.search(message) is not None:
+    if not message or _is_overflow_message(message):
         return False
     return _RETRYABLE_MESSAGE.search(message) is not None
+
+
+def _is_overflow_message(message: str) -> bool:
+    """Whether an error message says the request did not fit the context window.
+
+    A provider's overflow wording, unless the message is a rate limit or a throttle: those
+    also talk of too many tokens, and they pass by themselves.
+    """
+    return _OVERFLOW_MESSAGE.search(message) is not None and _NOT_OVERFLOW_MESSAGE.search(message) is None
 
 
 def is_context_overflow(assistant: Event, *, context_window: int) -> bool:
     """Whether an assistant message shows that the request did not fit the context window.
 
-    Either an ``error`` whose message is a provider's overflow message, or a silent overflow:
+    Either an ``error`` whose message is a provider's overflow message (and not a rate limit or
+    a throttle, which can mention too many tokens as well), or a silent overflow:
     ``stop`` with ``usage.input + usage.cache_read > context_window``, or ``length`` with
     ``usage.output == 0`` and ``input + cache_read >= 0.99 * context_window``. A missing
     ``cache_read`` counts as 0; a missing ``input`` or ``output`` (or a ``context_window`` that
@@ -304,7 +333,7 @@ def is_context_overflow(assistant: Event, *, context_window: int) -> bool:
     stop_reason = _stop_reason(assistant)
     if stop_reason == StopReason.ERROR.value:
         message = _error_message(assistant)
-        return bool(message) and _OVERFLOW_MESSAGE.search(message) is not None
+        return bool(message) and _is_overflow_message(message)
     window = _token_count(context_window)
     usage = _data(assistant).get("usage")
     if not window or not isinstance(usage, dict):

@@ -172,8 +172,8 @@ CASES = [
         id="r5_exceeds_the_context_window_resumes_overflow",
     ),
     pytest.param(
-        [error("413 request_too_large: see the rate limits page")], resume(M.OVERFLOW, 0),
-        id="r5_overflow_wins_over_a_retryable_looking_message",
+        [error("prompt is too long: 215000 tokens > 200000 maximum (HTTP 500 upstream)")], resume(M.OVERFLOW, 0),
+        id="r5_overflow_wins_over_a_retryable_status",
     ),
     # rule 6
     pytest.param(
@@ -198,6 +198,15 @@ CASES = [
         [error("billing: monthly budget of 215000 tokens used up")],
         fixed(TerminalError("billing: monthly budget of 215000 tokens used up")),
         id="r6_215000_tokens_is_not_a_retryable_500",
+    ),
+    pytest.param(
+        [error("413 request_too_large: see the rate limits page")], resume(M.TRANSIENT_RETRY, 0, errors=1),
+        id="r6_a_rate_limit_that_reads_like_an_overflow_resumes_transient_retry",
+    ),
+    pytest.param(
+        [error("ThrottlingException: Too many tokens, please wait before trying again.")],
+        resume(M.TRANSIENT_RETRY, 0, errors=1),
+        id="r6_a_bedrock_throttle_about_too_many_tokens_resumes_transient_retry",
     ),
     # rule 7
     pytest.param(
@@ -448,7 +457,10 @@ def test_find_trailing_partial_tool_batch_of_none_is_none() -> None:
         ("1,500 tokens over budget", False),
         ("version 1.503 is unsupported", False),
         ("invalid api key", False),
-        ("Request too large for gpt-4o on tokens per min; see the rate-limits page", False),
+        ("Request too large for gpt-4o on tokens per min; see the rate-limits page", True),
+        ("ThrottlingException: Rate exceeded", True),
+        ("Throttling error: Too many tokens, please wait before trying again.", True),
+        ("the request was throttled", True),
         ("", False),
     ],
 )
@@ -456,6 +468,70 @@ def test_is_retryable_error_on_messages(message: str, retryable: bool) -> None:
     assert is_retryable_error(message) is retryable
     [event] = _log(error(message))
     assert is_retryable_error(event) is retryable
+
+
+# Transient failures that also match an overflow pattern (DESIGN §7(3), the reference's negative
+# patterns): a rate limit, too many requests, a throttle, and Bedrock's "Throttling error:" and
+# "Service unavailable:" prefixes. Not an overflow: the same request is retried, not compacted.
+TRANSIENT_THAT_READS_LIKE_AN_OVERFLOW = [
+    pytest.param("ThrottlingException: Too many tokens, please wait before trying again.", id="bedrock_raw_throttle"),
+    pytest.param("Throttling error: Too many tokens, please wait before trying again.", id="bedrock_throttling_prefix"),
+    pytest.param("throttling error: too many tokens", id="bedrock_throttling_prefix_lower_case"),
+    pytest.param("THROTTLING ERROR: TOO MANY TOKENS", id="bedrock_throttling_prefix_upper_case"),
+    pytest.param("  Throttling error : token limit exceeded for this minute", id="throttling_prefix_spaced"),
+    pytest.param("Service unavailable: Too many tokens in flight, try again later", id="bedrock_unavailable_prefix"),
+    pytest.param("SERVICE UNAVAILABLE: request too large for current capacity", id="bedrock_unavailable_upper_case"),
+    pytest.param("Request was throttled: too many tokens", id="throttled"),
+    pytest.param("Rate limit exceeded: too many tokens per minute", id="rate_limit"),
+    pytest.param(
+        "rate_limit_error: This request would exceed the rate limit of 40,000 input tokens per minute. "
+        "Too many tokens.",
+        id="anthropic_rate_limit_error",
+    ),
+    pytest.param("RateLimitError: token limit exceeded, retry in 20s", id="ratelimit_one_word"),
+    pytest.param("rate-limited: context length exceeded for this window", id="rate_limited_hyphenated"),
+    pytest.param("429 Too Many Requests: too many tokens", id="too_many_requests_with_status"),
+    pytest.param("too many requests; token limit exceeded", id="too_many_requests_lower_case"),
+    pytest.param("413 request_too_large: see the rate limits page", id="request_too_large_beside_rate_limits"),
+    pytest.param("Request too large for gpt-4o on tokens per min; see the rate-limits page", id="openai_tpm"),
+]
+
+
+@pytest.mark.parametrize("message", TRANSIENT_THAT_READS_LIKE_AN_OVERFLOW)
+def test_a_transient_failure_that_reads_like_an_overflow_is_a_transient_retry(message: str) -> None:
+    [event] = _log(error(message))
+    assert not is_context_overflow(event, context_window=WINDOW)
+    assert is_retryable_error(message)
+    assert classify_submission_state([event], context_window=WINDOW) == Resume(M.TRANSIENT_RETRY, event, 1)
+
+
+# Overflow messages that carry a retryable-looking word or number but none of the negative
+# patterns: still overflows, never retried as they are.
+STILL_AN_OVERFLOW = [
+    pytest.param("prompt is too long: 215000 tokens > 200000 maximum", id="anthropic"),
+    pytest.param(
+        "This model's maximum context length is 4097 tokens. However, you requested 4429 tokens "
+        "(429 in the messages, 4000 in the completion). Please reduce the length of the messages or completion.",
+        id="openai_with_a_whole_429_in_its_counts",
+    ),
+    pytest.param("Validation error: Input is too long for requested model.", id="bedrock_validation_prefix"),
+    pytest.param("ValidationException: Input is too long for requested model.", id="bedrock_raw_validation"),
+    pytest.param("upstream 503: prompt is too long", id="overflow_beside_a_5xx"),
+    pytest.param(
+        "Overloaded? No: your input exceeds the context window of this model", id="overflow_beside_overloaded"
+    ),
+    pytest.param(
+        "Too many tokens: the prompt does not fit (service unavailable: no)", id="unavailable_not_as_prefix"
+    ),
+]
+
+
+@pytest.mark.parametrize("message", STILL_AN_OVERFLOW)
+def test_an_overflow_without_a_transient_wording_stays_an_overflow(message: str) -> None:
+    [event] = _log(error(message))
+    assert is_context_overflow(event, context_window=WINDOW)
+    assert not is_retryable_error(message)
+    assert classify_submission_state([event], context_window=WINDOW) == Resume(M.OVERFLOW, event, 0)
 
 
 def test_only_an_error_assistant_is_a_retryable_error() -> None:
