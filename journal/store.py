@@ -25,6 +25,7 @@ from journal import _header, crash
 from journal.errors import (
     CorruptJournal,
     DiskFull,
+    InvalidArgument,
     JournalBusy,
     JournalClosed,
     JournalError,
@@ -104,6 +105,20 @@ def _translate(
     if isinstance(exc, apsw.ConstraintError):
         return SchemaViolation(operation, str(exc))
     return JournalIOError(operation, outcome, f"{type(exc).__name__}: {exc}")
+
+
+# What apsw raises when it cannot bind a value, before SQLite runs the statement: a string with a
+# lone surrogate (no UTF-8 for it), an integer outside 64 bits.
+_UNBINDABLE = (UnicodeEncodeError, OverflowError)
+
+
+def _unbindable(exc: BaseException) -> InvalidArgument:
+    """A value SQLite cannot hold, refused as the caller's bad argument (nothing was written)."""
+    if isinstance(exc, UnicodeEncodeError):
+        text = exc.object if isinstance(exc.object, str) else ""
+        shown = repr(text) if len(text) <= 80 else repr(text[:77]) + "..."
+        return InvalidArgument("argument", f"{shown} holds a lone surrogate (not valid Unicode text)")
+    return InvalidArgument("argument", "an integer is outside SQLite's signed 64-bit range")
 
 
 def _close_quietly(conn: apsw.Connection) -> None:
@@ -404,6 +419,9 @@ class Store:
             try:
                 try:
                     yield db
+                except _UNBINDABLE as exc:
+                    self._rollback()
+                    raise _unbindable(exc) from exc
                 except BaseException:
                     self._rollback()
                     raise
@@ -501,6 +519,8 @@ class Store:
                 conn.execute("BEGIN")
                 try:
                     yield Database(conn)
+                except _UNBINDABLE as exc:
+                    raise _unbindable(exc) from exc
                 finally:
                     if conn.in_transaction:
                         conn.execute("COMMIT")

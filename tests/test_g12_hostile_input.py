@@ -188,3 +188,29 @@ def test_g12_the_size_limit_holds_on_an_operator_note(db_path) -> None:
     with journal.open(db_path, max_event_bytes=1000) as j:
         with pytest.raises(journal.InvalidEvent):
             j.resolve("s", "c1", outcome="ran", note=_BIG)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda j: j.session("s\udc80"),
+        lambda j: j.events("s\udc80"),
+        lambda j: j.count("s\udc80"),
+        lambda j: j.append("s\udc80", "user_message", {"content": "x"}),
+        lambda j: j.dispatch("s", "c\udc80"),
+        lambda j: j.put_result("s", "c\udc80", "x"),
+        lambda j: j.save_chunk("s", "k\udc80", 0, "x"),
+        lambda j: j.save_chunk("s", "k", 0, "x\udc80"),
+        lambda j: j.fork("s", 0, id="f\udc80"),
+        lambda j: j.recover("s\udc80"),
+    ],
+    ids=["session", "events", "count", "append", "dispatch", "put_result", "chunk-key", "chunk-text", "fork-id",
+         "recover"],  # fmt: skip
+)
+def test_g12_a_lone_surrogate_in_any_argument_is_a_typed_error_that_writes_nothing(j, db_path, call) -> None:
+    j.create_session("s")
+    j.append("s", "user_message", {"content": "x"})
+    before = _fingerprint(db_path)
+    with pytest.raises(journal.JournalError):
+        call(j)
+    assert _fingerprint(db_path) == before
