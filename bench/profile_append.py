@@ -38,7 +38,6 @@ import contenders as c
 import journal
 from journal.log import _INSERT, next_seq_txn, now_ms
 from journal.model import Event
-from journal.validate import encode_copy
 
 STAGES = (
     "validate + encode + copy",
@@ -54,7 +53,7 @@ def staged_append(j: journal.Journal, session_id: str) -> list[int]:
     The session must have had an append through this journal already (so its seq is known)."""
     clock = time.perf_counter_ns
     t0 = clock()
-    text, copy = encode_copy(c.EVENT_TYPE, c.MESSAGE, max_bytes=j._max_event_bytes)
+    text, copy = j._codec.encode_copy(c.EVENT_TYPE, c.MESSAGE)
     time_ms = now_ms()
     t1 = clock()
     seq = j._store.next_seqs[session_id]
@@ -145,7 +144,7 @@ def staged_append_many(j: journal.Journal, session_id: str, rows: int) -> list[i
     clock = time.perf_counter_ns
     t0 = clock()
     encoded = [
-        (c.EVENT_TYPE, *encode_copy(c.EVENT_TYPE, c.MESSAGE, max_bytes=j._max_event_bytes, index=i))
+        (c.EVENT_TYPE, *j._codec.encode_copy(c.EVENT_TYPE, c.MESSAGE, index=i))
         for i in range(rows)
     ]
     time_ms = now_ms()

@@ -33,7 +33,6 @@ class Journal(PurgeMixin, EffectsMixin, ReconcileMixin, SubmissionsMixin, Transc
 
     def __init__(self, store: Store, *, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         self._store = store
-        self._max_event_bytes = max_event_bytes
         # Every write path encodes through this, so the journal's limits hold on all of them.
         self._codec = Codec(max_event_bytes)
         self._appends = GroupCommit(store, "append")

@@ -276,10 +276,8 @@ class ScanMixin:
                 pending = [session_id] if session_id is not None else [c.session_id for c in report.pending_calls]
                 for sid in dict.fromkeys(s for s in pending if s not in held):
                     self.recover_effects(registry, session_id=sid, on_indeterminate=on_indeterminate)  # type: ignore[attr-defined]
-        if session_id is None:
-            targets = self.scan().sessions
-        else:
-            targets = [session_id]
+        # Effect recovery closes no turn, so the scan taken before it still names the targets.
+        targets = [session_id] if session_id is not None else report.sessions  # type: ignore[union-attr]
         return [self._recover_session(sid, force=force) for sid in targets]
 
     def _recover_session(self, session_id: str, *, force: bool) -> RecoveryResult:

@@ -23,7 +23,7 @@ from journal import log as _log
 from journal.classify import ResumeMode
 from journal.errors import InvalidArgument, LeaseLost, SubmissionNotFound
 from journal.model import Event, SubmissionState
-from journal.owners import lease_owner, owner_is_dead  # noqa: F401 - owner_is_dead: also imported from here
+from journal.owners import lease_owner, owner_is_dead
 from journal.scan import SubmissionInfo
 from journal.store import Database, Store
 from journal.turns import Turn, append_txn, open_turn_txn, start_turn_txn

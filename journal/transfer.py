@@ -24,11 +24,10 @@ from journal import store as _store
 from journal.engine import Journal
 from journal.errors import InvalidArgument, InvalidEvent, SessionExists
 from journal.escape import dumps
-from journal.validate import encode_copy
+from journal.validate import Codec, check_int
 
 _SESSION_KEYS = frozenset({"id", "meta", "created_ms"})
 _EVENT_KEYS = frozenset({"session_id", "seq", "type", "data", "time_ms"})
-_INT_MAX = 2**63 - 1
 
 
 def export_lines(j: Journal, session_ids: Iterable[str] | None = None) -> Iterator[str]:
@@ -90,16 +89,10 @@ def _fields(where: str, value: Any, keys: frozenset[str], required: frozenset[st
     return value
 
 
-def _int(where: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _INT_MAX:
-        raise InvalidArgument(where, f"must be an integer from 0 to 2**63-1, not {value!r}")
-    return value
-
-
 class _Pending:
     """One session read from the file and validated, not yet written."""
 
-    def __init__(self, where: str, fields: dict[str, Any], max_bytes: int) -> None:
+    def __init__(self, where: str, fields: dict[str, Any], codec: Codec) -> None:
         try:
             self.id = _log.check_session_id(fields["id"])
         except InvalidArgument as exc:
@@ -107,27 +100,27 @@ class _Pending:
         meta = fields.get("meta")
         if meta is not None and not isinstance(meta, dict):
             raise InvalidArgument(f"{where}: meta", "must be a JSON object or null")
-        self.meta = None if meta is None else _encoded(where, "x.meta", meta, max_bytes)[0]
+        self.meta = None if meta is None else _encoded(where, "x.meta", meta, codec)[0]
         created = fields.get("created_ms")
-        self.created_ms = _log.now_ms() if created is None else _int(f"{where}: created_ms", created)
+        self.created_ms = _log.now_ms() if created is None else check_int(f"{where}: created_ms", created)
         self.events: list[tuple[int, str, str, int, str | None]] = []
 
-    def add(self, where: str, fields: dict[str, Any], max_bytes: int) -> None:
+    def add(self, where: str, fields: dict[str, Any], codec: Codec) -> None:
         if fields["session_id"] != self.id:
             problem = f"{fields['session_id']!r} is not the session above ({self.id!r})"
             raise InvalidArgument(f"{where}: session_id", problem)
-        seq = _int(f"{where}: seq", fields["seq"])
+        seq = check_int(f"{where}: seq", fields["seq"])
         if seq != len(self.events):
             raise InvalidArgument(f"{where}: seq", f"{seq} breaks the sequence (expected {len(self.events)})")
-        time_ms = _int(f"{where}: time_ms", fields["time_ms"])
-        text, copy = _encoded(where, fields["type"], fields["data"], max_bytes)
+        time_ms = check_int(f"{where}: time_ms", fields["time_ms"])
+        text, copy = _encoded(where, fields["type"], fields["data"], codec)
         self.events.append((seq, fields["type"], text, time_ms, _log.call_id_of(fields["type"], copy)))
 
 
-def _encoded(where: str, type_: Any, data: Any, max_bytes: int) -> tuple[str, dict[str, Any]]:
+def _encoded(where: str, type_: Any, data: Any, codec: Codec) -> tuple[str, dict[str, Any]]:
     """``encode_copy`` (the append's own validation), its refusal naming the line."""
     try:
-        return encode_copy(type_, data, max_bytes=max_bytes)
+        return codec.encode_copy(type_, data)
     except InvalidEvent as exc:
         raise InvalidEvent(f"{where}: {exc.field}", exc.problem) from None
 
@@ -154,7 +147,7 @@ def import_lines(j: Journal, lines: Iterable[str | bytes]) -> int:
     Each session is checked whole before its one transaction, so a refused one (``InvalidArgument``
     or ``InvalidEvent`` naming the line, ``SessionExists``) leaves nothing of itself; the sessions
     before it in the file stay imported, the ones after it are not read."""
-    max_bytes = j._max_event_bytes
+    codec = j._codec
     pending: _Pending | None = None
     imported = 0
     for number, line in enumerate(lines, start=1):
@@ -166,11 +159,11 @@ def import_lines(j: Journal, lines: Iterable[str | bytes]) -> int:
             if pending is not None:
                 _write(j, pending)
                 imported += 1
-            pending = _Pending(where, _fields(where, record["session"], _SESSION_KEYS, frozenset({"id"})), max_bytes)
+            pending = _Pending(where, _fields(where, record["session"], _SESSION_KEYS, frozenset({"id"})), codec)
         elif pending is None:
             raise InvalidArgument(where, "an event before any session line")
         else:
-            pending.add(where, _fields(where, record["event"], _EVENT_KEYS, _EVENT_KEYS), max_bytes)
+            pending.add(where, _fields(where, record["event"], _EVENT_KEYS, _EVENT_KEYS), codec)
     if pending is not None:
         _write(j, pending)
         imported += 1

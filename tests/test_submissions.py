@@ -12,7 +12,7 @@ import pytest
 import journal
 from journal import SubmissionState
 from journal.classify import ResumeMode
-from journal.submissions import lease_owner, owner_is_dead
+from journal.owners import lease_owner, owner_is_dead
 from journal.testing import Ledger
 from journal.testing.bot import work
 
