@@ -63,7 +63,7 @@ from journal.model import (
 from journal.reconcile import Decision
 from journal.recovery import Repair
 from journal.results import Dispatch, PutResult
-from journal.scan import IndeterminateCall, OpenTurn, OwedCall, PendingCall, RecoveryResult, ScanReport
+from journal.scan import IndeterminateCall, OpenTurn, OwedCall, PendingCall, RecoveryPlan, RecoveryResult, ScanReport
 from journal.submissions import Claim, Submission
 from journal.turns import Turn, TurnState
 from journal.view import Message, MissingResult, ProviderView
@@ -113,6 +113,7 @@ __all__ = [
     "ProviderView",
     "PutResult",
     "Queryable",
+    "RecoveryPlan",
     "RecoveryResult",
     "Repair",
     "ResultExists",

@@ -124,6 +124,22 @@ def _serialize(_inst: Any, _field: Any, value: Any) -> Any:
 
 
 @attrs.frozen
+class RecoveryPlan:
+    """What ``recover`` would append to one session, planned without writing anything."""
+
+    session_id: str
+    repairs: tuple[Repair, ...]
+    live_owner: str | None = None  # set when the turn's owner may still be driving it: nothing planned
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "repairs": [{"type": r.type, "data": r.data} for r in self.repairs],
+            "live_owner": self.live_owner,
+        }
+
+
+@attrs.frozen
 class RecoveryResult:
     """What ``recover`` appended to one session."""
 
@@ -240,6 +256,23 @@ class ScanMixin:
     def plan(self, session_id: str) -> list[Repair]:
         """What ``recover`` would append to the session, without appending it."""
         return _recovery.plan(self.events(session_id))  # type: ignore[attr-defined]
+
+    def plan_recovery(self, session_id: str | None = None, *, force: bool = False) -> list[RecoveryPlan]:
+        """What ``recover(session_id, force=force)`` would append, session by session, from one
+        read snapshot; writes nothing (it runs on a read-only journal too)."""
+        with self._store.read() as db:
+            now = _log.now_ms()
+            if session_id is None:
+                targets = list(dict.fromkeys(t.session_id for t in open_turns_txn(db)))
+            else:
+                _log.next_seq_txn(db, session_id)  # SessionNotFound for an unknown id
+                targets = [session_id]
+            plans = []
+            for sid in targets:
+                holder = None if force else held_by_txn(db, sid, now)
+                repairs = () if holder is not None else tuple(_recovery.plan(_log.read_events_txn(db, sid)))
+                plans.append(RecoveryPlan(sid, repairs, live_owner=holder))
+            return plans
 
     def recover(
         self,

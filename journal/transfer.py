@@ -15,9 +15,12 @@ gives the same bytes.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import stat
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import IO, Any
 
 from journal import log as _log
 from journal import store as _store
@@ -38,6 +41,50 @@ def export_lines(j: Journal, session_ids: Iterable[str] | None = None) -> Iterat
         yield dumps({"session": {"id": info.id, "meta": info.meta, "created_ms": info.created_ms}})
         for event in j.events(sid):
             yield dumps({"event": event.to_dict()})
+
+
+def export_file(j: Journal, path: str, session_ids: Iterable[str] | None = None) -> int:
+    """Write ``export_lines`` to the file at ``path``; returns how many lines were written.
+
+    The file is created 0600 (transcripts hold secrets), never opened through a symlink, and
+    never one of the journal's own files or an SQLite database (``InvalidArgument``, nothing
+    touched). An unknown session fails before the file is opened."""
+    ids = None if session_ids is None else list(session_ids)
+    for sid in ids or ():
+        j.session(sid)
+    written = 0
+    with _export_target(path, j.path) as out:
+        for line in export_lines(j, ids):
+            out.write(line + "\n")
+            written += 1
+    return written
+
+
+def _journal_files(db: str) -> list[os.stat_result]:
+    """The journal and its side files as they stand (an export must never write over them)."""
+    found = []
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(OSError):
+            found.append(os.stat(db + suffix))
+    return found
+
+
+def _export_target(path: str, db: str) -> IO[str]:
+    """``path`` opened for an export; the checks read the opened file itself, so what is
+    checked is what gets truncated."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        info = os.fstat(fd)
+        if any(os.path.samestat(info, other) for other in _journal_files(db)):
+            raise InvalidArgument("export", f"{path} is the journal being read (or one of its files)")
+        if stat.S_ISREG(info.st_mode):
+            if os.pread(fd, len(_store.SQLITE_HEADER), 0) == _store.SQLITE_HEADER:
+                raise InvalidArgument("export", f"{path} is an SQLite database; it is left untouched")
+            os.ftruncate(fd, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "w", encoding="utf-8", newline="\n")
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
