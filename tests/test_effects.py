@@ -548,10 +548,10 @@ def test_g12_resolve_refuses_a_bad_outcome_or_note_and_writes_nothing(
 
 
 def test_cli_indeterminate_and_resolve(db_path: Path, world: World) -> None:
-    import journal.cli  # first: journal/cli.py imports journal.cli_effects at its end
-    from journal.cli_effects import indeterminate, resolve
+    import journal.cli.app
+    from journal.cli.operator import indeterminate, resolve
 
-    group = journal.cli._Group()
+    group = journal.cli.app._Group()
     group.add_command(indeterminate)
     group.add_command(resolve)
     runner = CliRunner()

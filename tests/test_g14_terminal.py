@@ -21,9 +21,9 @@ import pytest
 from click.testing import CliRunner
 
 import journal
-from journal import torture
 from journal.cli import main
 from journal.escape import UNSAFE, dumps, escape
+from journal.testing import torture
 
 ROOT = Path(__file__).resolve().parent.parent
 

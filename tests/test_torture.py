@@ -13,14 +13,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from journal import crash, torture
-from journal.torture import KINDS, allocate, plan, profile, summarize
+from journal import crash
+from journal.cli.torture import torture as torture_command
+from journal.testing import torture
+from journal.testing.torture import KINDS, allocate, plan, profile, summarize
 
 COUNTERS = [key for key, _ in torture.FAILURES]
 
 
 def invoke(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(torture.torture, list(args))
+    result = CliRunner().invoke(torture_command, list(args))
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     return result.exit_code, result.stdout, result.stderr

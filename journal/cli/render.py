@@ -8,15 +8,13 @@ terminal as a control character or a bidi override. Only the breaks between line
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import click
 
+from journal import Event, Repair, ScanReport
 from journal.escape import escape
-from journal.model import Event
-from journal.recovery import Repair
-from journal.scan import ScanReport
 
 
 def echo(*lines: object, err: bool = False) -> None:
@@ -41,6 +39,7 @@ def _call(call: dict[str, Any]) -> str:
 
 
 def risk_marker(risk: str | None) -> str:
+    """The marker shown beside a synthetic result of this risk (empty for none)."""
     if risk == "tool_outcome_unknown":
         return "!! MAY HAVE RUN - verify before retrying"
     if risk == "tool_not_started":
@@ -125,7 +124,7 @@ def scan_report(report: ScanReport) -> list[str]:
     return lines
 
 
-def plan(session_id: str, repairs: list[Repair]) -> list[str]:
+def plan(session_id: str, repairs: Sequence[Repair]) -> list[str]:
     """What recovery would append to one session, with the risk of each synthetic result."""
     if not repairs:
         return [f"{session_id}: nothing to repair"]

@@ -1,4 +1,4 @@
-"""``journal torture``: a crash campaign whose verdict should be a table of zeros (DESIGN §9).
+"""A crash campaign whose verdict should be a table of zeros (DESIGN §9); ``journal torture`` runs it.
 
 Every trial runs the campaign's agent (``agent_workload``: the scripted session of
 ``journal.testing.workload``, then a fork that redoes a turn differently, then a batch append),
@@ -30,7 +30,6 @@ import multiprocessing
 import os
 import random
 import shutil
-import sys
 import tempfile
 import time
 import traceback
@@ -40,20 +39,17 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import click
 
-from journal import crash
-from journal.engine import Journal
-from journal.engine import open as open_journal
-from journal.errors import CorruptJournal, DiskFull, JournalError, JournalIOError, SessionNotFound
-from journal.escape import dumps, escape
+from journal import CorruptJournal, DiskFull, Journal, JournalError, JournalIOError, SessionNotFound, crash
+from journal import open as open_journal
+from journal.escape import escape
 from journal.testing import workload as _scripted
 from journal.testing.faultvfs import FaultVFS
 from journal.testing.harness import CommitWitness, Harness, Verdict, judge
 from journal.testing.ledger import Ledger
 
 SESSION = "agent"
-AGENT_WORKLOAD = "journal.torture:agent_workload"
+AGENT_WORKLOAD = "journal.testing.torture:agent_workload"
 FORK_SUFFIX = ".retry"
 FORK_TURN: dict[str, Any] = {
     "user": "Actually, do not delete anything: email me the list instead.",
@@ -559,7 +555,12 @@ def summarize(outcomes: list[dict[str, Any]], prof: Profile, *, seed: int) -> di
 
 
 def render(report: dict[str, Any]) -> str:
-    """The report as a table for people."""
+    """The report as a table for people (``report_lines`` joined)."""
+    return "\n".join(report_lines(report))
+
+
+def report_lines(report: dict[str, Any]) -> list[str]:
+    """The report as a table for people, one escaped line each."""
     kinds = ", ".join(f"{kind} {report['by_kind'].get(kind, 0)}" for kind in KINDS)
     rows = [
         ("trials", f"{report['trials']}  ({kinds})"),
@@ -587,29 +588,4 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"  the failing trials' files are kept in {report['workdir']}")
     lines.append("  ok: every counter is zero" if report["ok"] else "  PROBLEMS FOUND")
     # Problems quote errors and paths: each line is escaped whole, so none can forge another (G14).
-    return "\n".join(escape(line) for line in lines)
-
-
-@click.command()
-@click.option("--trials", type=click.IntRange(min=1), default=200, show_default=True, help="How many trials.")
-@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the trials' random draws.")
-@click.option("--durability", type=click.Choice(["full", "normal"]), default="full", show_default=True)
-@click.option("--jobs", type=click.IntRange(min=1), default=lambda: min(os.cpu_count() or 1, 4),
-              show_default="CPU count, at most 4", help="Worker processes.")  # fmt: skip
-@click.option("--workdir", type=click.Path(file_okay=False), default=None,
-              help="Where the trials' files go (default: the temporary directory).")  # fmt: skip
-@click.option("--json", "as_json", is_flag=True, help="One JSON document.")
-def torture(trials: int, seed: int, durability: str, jobs: int, workdir: str | None, as_json: bool) -> None:
-    """Run a crash campaign: kills at every crash point and at random, power loss, torn writes,
-    I/O errors and a full disk, each followed by recovery and a resumed run; exit 1 unless every
-    counter is zero."""
-    if workdir is not None:
-        os.makedirs(workdir, exist_ok=True)
-    with click.progressbar(length=trials, label=f"torture ({durability})", file=sys.stderr) as bar:
-        report = campaign(trials, seed=seed, durability=durability, jobs=jobs, workdir=workdir, progress=bar.update)
-    if as_json:
-        click.echo(dumps(report, indent=2))
-    else:
-        click.echo(render(report))
-    if not report["ok"]:
-        sys.exit(1)
+    return [escape(line) for line in lines]

@@ -19,12 +19,20 @@ import uuid
 import click
 
 import journal
-from journal import render
+from journal.cli import render
+from journal.cli.app import main
+from journal.cli.render import echo
 from journal.escape import escape
-from journal.render import echo
-from journal.testing.ledger import Ledger
 
 CRASH_AT = "tool.after_run:2"  # the second tool call: delete_file, after its side effect
+
+
+@main.command()
+@click.option("--db", envvar="JOURNAL_DB", default=None, type=click.Path(dir_okay=False),
+              help="Where to write the demo journal (default: a new temporary directory).")  # fmt: skip
+def demo(db: str | None) -> None:
+    """Run a real agent session in a child process, kill it mid-tool-call, then scan and recover."""
+    run_demo(db)
 
 
 def _heading(text: str) -> None:
@@ -68,6 +76,7 @@ def _child(db: str, session_id: str, ledger: str, crash_at: str | None) -> subpr
 
 
 def run_demo(db: str | None) -> None:
+    """Tell the story in seven steps, on ``db`` (or a new temporary directory's file)."""
     if db is None:
         db = os.path.join(tempfile.mkdtemp(prefix="journal-demo-"), "demo.db")
     ledger_path = db + ".ledger"
@@ -131,6 +140,8 @@ def run_demo(db: str | None) -> None:
 
 def _entries(ledger_path: str, session_id: str) -> list[dict[str, object]]:
     """This run's side effects (a ledger beside a reused --db also holds earlier runs')."""
+    from journal.testing.ledger import Ledger  # here: journal.testing is not worth loading for every command
+
     return [e for e in Ledger(ledger_path).entries() if e.get("session") == session_id]
 
 

@@ -1,0 +1,104 @@
+"""A session's log: ``append``, ``show``, ``tail``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from functools import partial
+from typing import Any
+
+import click
+
+import journal
+from journal import transfer
+from journal.cli import render
+from journal.cli.app import main
+from journal.cli.options import SEQ_MAX, Seconds, db_option, open_journal
+from journal.cli.output import output, output_options, print_json
+
+
+@main.command()
+@db_option
+@click.argument("session")
+@click.argument("type")
+@click.argument("data")
+@click.option("--create", is_flag=True, help="Create the session (and the journal file) if it does not exist.")
+def append(db: str, session: str, type: str, data: str, create: bool) -> None:
+    """Append one event (DATA is a JSON object) and print it as stored."""
+    try:
+        parsed = transfer.parse_json(data)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="DATA") from None
+    with open_journal(db, create=create) as j:
+        if create:
+            try:
+                j.session(session)
+            except journal.SessionNotFound:
+                j.create_session(session)
+        event = j.append(session, type, parsed)
+    print_json(event.to_dict())  # always JSON: what was stored, for a script to read
+
+
+@main.command()
+@db_option
+@click.argument("session")
+@click.option("--view", type=click.Choice(["log", "messages", "provider"]), default="log", show_default=True,
+              help="log: every event; messages: the folded transcript; provider: what a model is sent.")  # fmt: skip
+@click.option("--since", type=click.IntRange(0, SEQ_MAX), default=None,
+              help="Only events with seq >= SINCE (log view).")  # fmt: skip
+@output_options
+def show(db: str, session: str, view: str, since: int | None, as_json: bool, as_nl: bool) -> None:
+    """Show a session: its log with turns, steps, dispatches and risk markers."""
+    if since is not None and view != "log":
+        raise click.UsageError(f"--since applies to the log view only, not --view {view}")
+    with open_journal(db, readonly=True) as j:
+        info = j.session(session)
+        document: dict[str, Any] = {"session": info.to_dict(), "view": view}
+        if view == "log":
+            found = j.events(session, since=since)
+            document["items"] = [e.to_dict() for e in found]
+            render_lines = partial(render.transcript, found)
+        elif view == "messages":
+            messages = j.messages(session)
+            document["items"] = [m.to_dict() for m in messages]
+            render_lines = partial(render.messages, messages)
+        else:
+            shaped = j.provider_view(session)
+            document["items"] = [m.to_dict() for m in shaped.messages]
+            document["missing"] = [
+                {"assistant_seq": m.assistant_seq, "tool_call_id": m.tool_call_id, "name": m.name}
+                for m in shaped.missing
+            ]
+            render_lines = partial(render.messages, shaped.messages, missing=shaped.missing)
+    parent = f", fork of {info.parent_id}" if info.parent_id else ""
+    header = f"session {info.id} ({info.count} events{parent})"
+    output(document, document["items"], _rendered(render_lines, header), as_json=as_json, as_nl=as_nl)
+
+
+@main.command()
+@db_option
+@click.argument("session")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new events as they are appended.")
+@click.option("-n", "--lines", type=click.IntRange(0, SEQ_MAX), default=10, show_default=True,
+              help="How many recent events first.")  # fmt: skip
+@click.option("--nl", "as_nl", is_flag=True, help="One JSON object a line.")
+@click.option("--interval", type=Seconds(), default=0.2, show_default=True, help="Polling interval in seconds.")
+def tail(db: str, session: str, follow: bool, lines: int, as_nl: bool, interval: float) -> None:
+    """Print a session's latest events; with -f, follow new ones from another process."""
+    with open_journal(db, readonly=True) as j:
+        since = max(j.count(session) - lines, 0)
+        while True:
+            for event in j.events(session, since=since):
+                # Each event is printed as it is read, rendered on its own (so not indented by its turn).
+                text = _rendered(partial(render.transcript, [event]))
+                output(None, [event.to_dict()], text, as_json=False, as_nl=as_nl)
+                since = event.seq + 1
+            if not follow:
+                return
+            time.sleep(interval)
+
+
+def _rendered(render_lines: Callable[[], Iterable[str]], *first: str) -> Iterator[str]:
+    """``first``, then ``render_lines()``: stored content is rendered only when text is printed."""
+    yield from first
+    yield from render_lines()

@@ -1,0 +1,40 @@
+"""What the commands share besides their output: ``--db``, opening the journal, argument types."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+import journal
+
+DB_HELP = "The journal file (or set JOURNAL_DB)."
+SEQ_MAX = 2**63 - 1  # seqs are SQLite integers
+
+
+def db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--db PATH`` (or ``JOURNAL_DB``), required."""
+    return click.option("--db", envvar="JOURNAL_DB", required=True, type=click.Path(dir_okay=False), help=DB_HELP)(fn)
+
+
+def open_journal(db: str, *, create: bool = False, **kwargs: Any) -> journal.Journal:
+    """Open the journal; only ``create`` lets a path that does not exist become a new one."""
+    if not create and not os.path.exists(db):
+        # Checked here so that a mistyped path never leaves an empty journal (or -wal) behind.
+        raise click.ClickException(f"no such journal: {db}")
+    return journal.open(db, **kwargs)
+
+
+class Seconds(click.ParamType):
+    """A polling interval: finite, above zero, at most an hour (NaN and inf are refused)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        seconds = click.FLOAT.convert(value, param, ctx)
+        if not (math.isfinite(seconds) and 0 < seconds <= 3600):
+            self.fail(f"{value!r} is not a number of seconds in (0, 3600]", param, ctx)
+        return seconds

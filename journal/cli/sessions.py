@@ -1,0 +1,101 @@
+"""The file and its sessions: ``init``, ``sessions``, ``fork``, ``purge``, ``stats``."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import click
+
+from journal import Session
+from journal.cli.app import main
+from journal.cli.options import SEQ_MAX, db_option, open_journal
+from journal.cli.output import output, output_options
+from journal.cli.render import echo
+from journal.escape import escape
+
+
+@main.command()
+@db_option
+@click.option("--durability", type=click.Choice(["full", "normal"]), default="full", show_default=True)
+def init(db: str, durability: str) -> None:
+    """Create a journal file (or check that an existing one is a journal)."""
+    with open_journal(db, create=True, durability=durability) as j:
+        echo(f"journal ready: {j.path}")
+
+
+@main.command()
+@db_option
+@output_options
+def sessions(db: str, as_json: bool, as_nl: bool) -> None:
+    """List the sessions, oldest first."""
+    with open_journal(db, readonly=True) as j:
+        found = j.sessions()
+    items = [s.to_dict() for s in found]
+    output({"sessions": items}, items, map(_session_line, found), as_json=as_json, as_nl=as_nl)
+
+
+def _session_line(s: Session) -> str:
+    parent = f"  fork of {s.parent_id} at {s.seed_length - 1}" if s.parent_id else ""
+    return f"{s.id}  {s.count:>6} events{parent}"
+
+
+def _boundary(at: str) -> int | str:
+    """``--at``: ``last`` or a seq (digits only); anything else is a usage error."""
+    if at == "last":
+        return at
+    if not re.fullmatch(r"[0-9]{1,19}", at) or int(at) > SEQ_MAX:
+        raise click.BadParameter(f"give a seq (an integer >= 0) or 'last', not {at!r}", param_hint="--at")
+    return int(at)
+
+
+@main.command()
+@db_option
+@click.argument("session")
+@click.option("--at", default="last", show_default=True, help="The seq of the last event to inherit, or 'last'.")
+@click.option("--id", "fork_id", default=None, help="The new session's id (generated if omitted).")
+@output_options
+def fork(db: str, session: str, at: str, fork_id: str | None, as_json: bool, as_nl: bool) -> None:
+    """Fork a session: a new one inheriting its events up to --at."""
+    boundary = _boundary(at)
+    with open_journal(db) as j:
+        created = j.fork(session, boundary, id=fork_id)
+    output(created.to_dict(), [created.to_dict()], [created.id], as_json=as_json, as_nl=as_nl)
+
+
+@main.command()
+@db_option
+@click.argument("session")
+@click.option("--copy-forks", is_flag=True, help="Give forks that read through it their own copy first.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def purge(db: str, session: str, copy_forks: bool, yes: bool) -> None:
+    """Erase a session and everything derived from it (the one exception to append-only)."""
+    with open_journal(db) as j:
+        j.session(session)  # an unknown session fails before the question is asked
+        if not yes:
+            click.confirm(escape(f"Erase session {session} and all its events for good?"), abort=True, err=True)
+        result = j.purge(session, copy_forks=copy_forks)
+    copied = f"; forks given their own copy: {', '.join(result.forks_copied)}" if result.forks_copied else ""
+    echo(f"purged {result.session_id}: {result.events_deleted} event(s){copied}")
+
+
+@main.command()
+@db_option
+@output_options
+def stats(db: str, as_json: bool, as_nl: bool) -> None:
+    """Counts: sessions, events, open turns, unresolved calls, file size."""
+    with open_journal(db, readonly=True) as j:
+        found = j.sessions()
+        report = j.scan()
+    size = sum(os.path.getsize(p) for p in (db, db + "-wal") if os.path.exists(p))
+    document = {
+        "sessions": len(found),
+        "forks": sum(1 for s in found if s.parent_id),
+        "events": sum(s.count - s.seed_length for s in found),
+        "open_turns": len(report.open_turns),
+        "pending_calls": len(report.pending_calls),
+        "indeterminate": len(report.indeterminate),
+        "bytes": size,
+    }
+    lines = [f"{key:>14}: {value}" for key, value in document.items()]
+    output(document, [document], lines, as_json=as_json, as_nl=as_nl)
