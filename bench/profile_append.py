@@ -5,7 +5,7 @@
 1. Stages: the steps of ``LogMixin.append``'s common path (the session's next seq known, no
    other thread appending) re-run one by one with the journal's own functions, with a clock read
    between them: validation, the copy for the returned event and JSON encoding
-   (``validate.encode_copy``); taking the seq this connection last gave the session; the
+   (``Codec.encode_copy``); taking the seq this connection last gave the session; the
    ``INSERT`` committed as its own autocommit transaction (``GroupCommit.run_one`` →
    ``Store.write_one``: the CHECKs, foreign key and triggers, and the commit); making the
    ``Event``. Medians per stage; the real ``append`` is timed beside it, interleaved. The same for

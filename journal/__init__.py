@@ -1,20 +1,7 @@
 """journal: an AI agent's sessions in one crash-safe SQLite file."""
 
-from journal.classify import ResumeMode
-from journal.effects import (
-    EffectAction,
-    EffectKind,
-    EffectRecovery,
-    Idempotent,
-    IndeterminateReason,
-    Landed,
-    NeverArrived,
-    Queryable,
-    Tool,
-    ToolContext,
-    ToolRegistry,
-    Unsafe,
-)
+from journal.claims import Claim
+from journal.effects import EffectAction, EffectRecovery, IndeterminateCall, IndeterminateReason
 from journal.engine import Journal, open
 from journal.errors import (
     AlreadyDispatched,
@@ -48,25 +35,31 @@ from journal.errors import (
 )
 from journal.model import (
     CallState,
+    DecisionAction,
     Durability,
+    EffectKind,
     Event,
     EventType,
     OperatorOutcome,
     Phase,
     Risk,
     Session,
+    StaleReason,
     StepOutcome,
     StopReason,
     SubmissionState,
     TurnEndReason,
+    WriteOutcome,
 )
+from journal.pure.classify import ResumeMode
+from journal.pure.plan import Repair
+from journal.pure.view import Message, MissingResult, ProviderView
+from journal.queue import Submission
 from journal.reconcile import Decision
-from journal.recovery import Repair
-from journal.results import Dispatch, PutResult
-from journal.scan import IndeterminateCall, OpenTurn, OwedCall, PendingCall, RecoveryPlan, RecoveryResult, ScanReport
-from journal.submissions import Claim, Submission
+from journal.recovery import OpenTurn, OwedCall, RecoveryPlan, RecoveryResult, ScanReport
+from journal.results import Dispatch, PendingCall, PutResult
+from journal.tools import Idempotent, Landed, NeverArrived, Queryable, Tool, ToolContext, ToolRegistry, Unsafe
 from journal.turns import Turn, TurnState
-from journal.view import Message, MissingResult, ProviderView
 
 __all__ = [
     "AlreadyDispatched",
@@ -75,6 +68,7 @@ __all__ = [
     "Claim",
     "CorruptJournal",
     "Decision",
+    "DecisionAction",
     "DiskFull",
     "Dispatch",
     "Durability",
@@ -126,6 +120,7 @@ __all__ = [
     "SessionExists",
     "SessionHasForks",
     "SessionNotFound",
+    "StaleReason",
     "StepOutcome",
     "StopReason",
     "Submission",
@@ -141,5 +136,6 @@ __all__ = [
     "UnknownToolCall",
     "UnregisteredTool",
     "Unsafe",
+    "WriteOutcome",
     "open",
 ]

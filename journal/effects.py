@@ -1,19 +1,11 @@
-"""Effect classes, the tool registry, effect-class recovery and the operator path (DESIGN §7(1)).
+"""The effects part: effect-class recovery and the operator path (DESIGN §7(1), G9, G10).
 
-A tool's author is the only one who knows whether running its tool twice is harmless, so a tool
-is registered only with a declared effect class, and each class carries what its recovery needs:
-
-- ``Idempotent(key=...)``: ``key(arguments) -> str`` derives the idempotency key from the
-  call's arguments, deterministically. Recovery re-derives it from the **recorded** arguments
-  and re-issues the call with it; the provider deduplicates.
-- ``Queryable(lookup=...)``: ``lookup(request_id, arguments)`` asks the provider whether the
-  request with this id landed: ``Landed(result)`` or ``NeverArrived()``. Recovery records the
-  provider's answer, or re-issues with the same request id. A lookup that raises (or answers
-  anything else) is treated as Unsafe.
-- ``Unsafe()``: never retried, by nothing (there is no flag). After a crash the call becomes
-  **indeterminate**: a synthetic result with risk ``tool_outcome_unknown``, the state recorded
-  in ``tool_calls``, a row in the ``notifications`` outbox, the operator callback called. An
-  operator settles it with ``resolve``.
+After a crash, every dispatched call without a result is settled by its tool's declared effect
+class (``journal.tools``): an Idempotent call is re-issued with its recorded key, a Queryable one
+asked about by its request id, an Unsafe one becomes **indeterminate**: a synthetic result with
+risk ``tool_outcome_unknown``, the state recorded in ``tool_calls``, a row in the
+``notifications`` outbox (which this part owns), the operator callback called. An operator
+settles it with ``resolve``.
 
 Tools run outside any database transaction; their results go through the same first-write-wins
 insert as live results, so racing recoverers and late real results are harmless (G5, G8, G9).
@@ -24,37 +16,19 @@ from __future__ import annotations
 import enum
 import json
 import logging
-import uuid
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any
 
 import attrs
 
 from journal import log as _log
-from journal.errors import InvalidArgument, MissingEffectClass, NotIndeterminate, SchemaViolation, UnregisteredTool
-from journal.model import EffectKind, Event, OperatorOutcome, Risk, Vocabulary
-from journal.results import PutResult, put_result_txn, requested_call_txn
-from journal.scan import IndeterminateCall, PendingCall
+from journal.errors import InvalidArgument, NotIndeterminate
+from journal.log import Log
+from journal.model import CallState, EffectKind, Event, OperatorOutcome, Risk, Vocabulary
+from journal.results import PendingCall, Results, call_row_txn, calls_in_state_txn, put_result_txn
 from journal.store import Database, Store
-from journal.turns import Turn, append_txn
-from journal.validate import Codec, encode
+from journal.tools import Idempotent, Landed, NeverArrived, OperatorCallback, Queryable, Tool, ToolContext, ToolRegistry
 
-__all__ = [
-    "EffectAction",
-    "EffectClass",
-    "EffectKind",
-    "EffectRecovery",
-    "EffectsMixin",
-    "Idempotent",
-    "IndeterminateReason",
-    "Landed",
-    "NeverArrived",
-    "Queryable",
-    "Tool",
-    "ToolContext",
-    "ToolRegistry",
-    "Unsafe",
-]
+__all__ = ["EffectAction", "EffectRecovery", "Effects", "IndeterminateCall", "IndeterminateReason"]
 
 _logger = logging.getLogger("journal.effects")
 
@@ -80,175 +54,6 @@ class IndeterminateReason(Vocabulary):
     NO_REQUEST_ID = "no_request_id"  # a Queryable call dispatched without a recorded request id
     NO_KEY = "no_key"  # an Idempotent call with no recorded key whose key cannot be derived
     EFFECT_CHANGED = "effect_changed"  # dispatched under another effect class than registered now
-
-
-# -- effect classes ------------------------------------------------------------------------------
-
-
-@attrs.frozen(kw_only=True)
-class Idempotent:
-    """Safe to re-issue with the same key: ``key(arguments)`` derives it, deterministically,
-    from the call's recorded arguments (never from the time, a counter or a random value)."""
-
-    key: Callable[[Any], str] = attrs.field(validator=attrs.validators.is_callable())
-    kind: ClassVar[EffectKind] = EffectKind.IDEMPOTENT
-
-    def derive(self, arguments: Any) -> str:
-        """The key for these arguments; ``InvalidArgument`` if the derivation gives no string."""
-        key = self.key(arguments)
-        if not isinstance(key, str) or not key:
-            raise InvalidArgument("key", f"the key derivation must return a non-empty str, not {key!r}")
-        return key
-
-
-@attrs.frozen
-class Landed:
-    """The provider's answer: the request landed, and this is its result (the tool's output)."""
-
-    result: Any = attrs.field(hash=False)
-    is_error: bool = attrs.field(default=False, kw_only=True)
-
-
-@attrs.frozen
-class NeverArrived:
-    """The provider's answer: no request with this id ever reached it."""
-
-
-@attrs.frozen(kw_only=True)
-class Queryable:
-    """The provider can say whether a request landed: ``lookup(request_id, arguments)`` returns
-    ``Landed(result)`` or ``NeverArrived()``. Raising means "cannot tell" (treated as Unsafe)."""
-
-    lookup: Callable[[str, Any], Landed | NeverArrived] = attrs.field(validator=attrs.validators.is_callable())
-    kind: ClassVar[EffectKind] = EffectKind.QUERYABLE
-
-
-@attrs.frozen
-class Unsafe:
-    """Never retried automatically: after a crash the call becomes indeterminate (G10)."""
-
-    kind: ClassVar[EffectKind] = EffectKind.UNSAFE
-
-
-EffectClass = Idempotent | Queryable | Unsafe
-_EFFECT_CLASSES = (Idempotent, Queryable, Unsafe)
-
-
-# -- the registry ----------------------------------------------------------------------------------
-
-
-@attrs.frozen
-class ToolContext:
-    """What a tool gets besides its arguments: where the call is, and what makes a retry safe.
-
-    An Idempotent tool must pass ``idempotency_key`` to its provider; a Queryable tool must
-    send ``request_id`` with its request. ``recovery`` is True when recovery re-issues the call.
-    """
-
-    session_id: str
-    call_id: str
-    name: str
-    effect: EffectKind
-    idempotency_key: str | None = None
-    request_id: str | None = None
-    recovery: bool = False
-
-
-ToolFn = Callable[[Any, ToolContext], Any]
-OperatorCallback = Callable[[IndeterminateCall], object]
-
-
-@attrs.frozen
-class Tool:
-    """A registered tool: ``fn(arguments, context)`` returns the result's content."""
-
-    name: str
-    fn: ToolFn = attrs.field(repr=False)
-    effects: EffectClass
-
-
-class ToolRegistry:
-    """The tools an agent may run, each with its declared effect class.
-
-    ``on_indeterminate`` is the operator callback: called (after the commit) with an
-    ``IndeterminateCall`` for each call recovery makes indeterminate.
-    """
-
-    def __init__(self, *, on_indeterminate: OperatorCallback | None = None) -> None:
-        self._tools: dict[str, Tool] = {}
-        self.on_indeterminate = on_indeterminate
-
-    if TYPE_CHECKING:
-        # For a type checker `effects` is required; at run time a missing one is a typed error.
-        def register(self, name: str, fn: ToolFn, *, effects: EffectClass) -> Tool: ...
-
-    else:
-
-        def register(self, name, fn, *, effects=None):
-            """Register ``fn`` under ``name`` with its effect class (there is no default).
-
-            A missing effect class (or ``None``, or anything that is not ``Idempotent``,
-            ``Queryable`` or ``Unsafe``) raises ``MissingEffectClass``.
-            """
-            return self._register(name, fn, effects)
-
-    def _register(self, name: str, fn: ToolFn, effects: object) -> Tool:
-        if not isinstance(name, str) or not name:
-            raise InvalidArgument("name", f"must be a non-empty string, not {name!r}")
-        if effects is Unsafe:
-            effects = Unsafe()  # Unsafe carries nothing: the class itself declares it as well
-        if not isinstance(effects, _EFFECT_CLASSES):
-            raise MissingEffectClass(name)
-        if not callable(fn):
-            raise InvalidArgument("fn", f"must be callable as fn(arguments, context), not {fn!r}")
-        if name in self._tools:
-            raise InvalidArgument("name", f"a tool {name!r} is already registered")
-        tool = Tool(name, fn, effects)
-        self._tools[name] = tool
-        return tool
-
-    def tool(self, name: str) -> Tool:
-        """The tool registered under ``name``; raises ``UnregisteredTool``."""
-        try:
-            return self._tools[name]
-        except KeyError:
-            raise UnregisteredTool(name) from None
-
-    def get(self, name: str | None) -> Tool | None:
-        return self._tools.get(name) if name is not None else None
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._tools
-
-    def __iter__(self) -> Iterator[Tool]:
-        return iter(self._tools.values())
-
-    def call(self, journal: EffectsMixin, where: str | Turn, call_id: str) -> PutResult:
-        """Run a requested tool call through the journal: dispatch, run, record the result.
-
-        ``where`` is the open ``Turn`` that requested the call (its lease is checked) or a
-        session id. The dispatch records what recovery will need (the effect class, the derived
-        idempotency key or a new request id) and is committed before the tool runs (G6); the
-        tool runs outside any transaction; its result goes through ``put_result`` (G5). Nothing
-        is written if the tool is not registered (``UnregisteredTool``) or its key cannot be
-        derived. If the tool raises, the exception propagates and the call stays dispatched
-        without a result: it may have run, and recovery settles it by its effect class.
-        """
-        turn = where if isinstance(where, Turn) else None
-        session_id = where.session_id if isinstance(where, Turn) else where
-        request = journal._requested_call(session_id, call_id)
-        tool = self.tool(request.get("name"))  # UnregisteredTool: nothing is written
-        effects = tool.effects
-        key = effects.derive(request.get("arguments")) if isinstance(effects, Idempotent) else None
-        # Random, not derived from the call id: a fork re-dispatching an inherited call must not
-        # be taken by the provider for the parent's request.
-        request_id = uuid.uuid4().hex if isinstance(effects, Queryable) else None
-        dispatch = journal.dispatch(  # type: ignore[attr-defined]
-            session_id, call_id, turn=turn, idempotency_key=key, request_id=request_id, effect=effects.kind.value
-        )
-        context = ToolContext(session_id, call_id, tool.name, effects.kind, key, request_id)
-        content = tool.fn(dispatch.arguments, context)
-        return dispatch.result(content, name=tool.name)
 
 
 # -- effect-class recovery -------------------------------------------------------------------------
@@ -310,17 +115,37 @@ def _indeterminate_text(call_id: str, name: str | None, reason: IndeterminateRea
     )
 
 
-class EffectsMixin:
-    """Effect-class recovery and the operator path on ``Journal``."""
+@attrs.frozen
+class IndeterminateCall:
+    """An Unsafe call that may have run, awaiting an operator (G10)."""
 
-    _store: Store
-    _codec: Codec
+    session_id: str
+    call_id: str
+    name: str | None
+    dispatch_seq: int | None
+    result_seq: int | None
+    notification: dict[str, Any] | None = attrs.field(hash=False)
 
-    def _requested_call(self, session_id: str, call_id: str) -> dict[str, Any]:
-        """The ``{id, name, arguments}`` an assistant message of the session requested."""
-        with self._store.read() as db:
-            _log.next_seq_txn(db, session_id)  # SessionNotFound first
-            return requested_call_txn(db, session_id, call_id)
+
+class Effects:
+    """``recover_effects``, ``indeterminate`` and ``resolve``."""
+
+    def __init__(self, store: Store, log: Log, results: Results) -> None:
+        self._store = store
+        self._log = log
+        self._results = results
+
+    def indeterminate_txn(self, db: Database) -> list[IndeterminateCall]:
+        """Every call awaiting an operator, with its notification; oldest first per session."""
+        calls = calls_in_state_txn(db, CallState.INDETERMINATE)
+        return [
+            IndeterminateCall(c.session_id, c.call_id, c.name, c.dispatch_seq, c.result_seq, _notification_txn(db, c.session_id, c.call_id))
+            for c in calls
+        ]
+
+    def forget_txn(self, db: Database, session_id: str) -> None:
+        """Delete the session's notifications (purge)."""
+        db.execute("DELETE FROM notifications WHERE session_id = ?", (session_id,))
 
     def recover_effects(
         self,
@@ -341,10 +166,12 @@ class EffectsMixin:
         is delivered again by the next run: at least once.
         """
         if session_id is not None:
-            self.session(session_id)  # type: ignore[attr-defined]  # SessionNotFound before anything
+            self._log.session(session_id)  # SessionNotFound before anything
         callbacks = [cb for cb in (registry.on_indeterminate, on_indeterminate) if cb is not None]
         self._deliver_pending(callbacks, session_id)
-        pending = [p for p in self.scan().pending_calls if session_id is None or p.session_id == session_id]  # type: ignore[attr-defined]
+        with self._store.read() as db:
+            calls = calls_in_state_txn(db, CallState.DISPATCHED)
+        pending = [PendingCall.from_call(c) for c in calls if session_id is None or c.session_id == session_id]
         out = []
         for call in pending:
             outcome, notice = self._recover_call(registry, call)
@@ -434,7 +261,7 @@ class EffectsMixin:
         if is_error:
             data["is_error"] = True
         data["metadata"] = {"source": SOURCE, "action": outcome.action.value}
-        text = self._codec.encode("tool_result", data)
+        text = self._log.codec.encode("tool_result", data)
         time_ms = _log.now_ms()
         with self._store.write(SOURCE) as db:
             put = put_result_txn(db, outcome.session_id, outcome.call_id, text, time_ms)
@@ -459,14 +286,12 @@ class EffectsMixin:
             "indeterminate": True,
             "reason": reason.value,
         }
-        text = encode("tool_result", data)
+        text = self._log.codec.encode("tool_result", data)
         time_ms = _log.now_ms()
         outcome = attrs.evolve(outcome, action=EffectAction.INDETERMINATE, reason=reason, detail=detail)
         with self._store.write(SOURCE) as db:
-            row = db.one(
-                "SELECT state, dispatch_seq FROM tool_calls WHERE session_id = ? AND call_id = ?", (session_id, call_id)
-            )
-            if row is None or row[0] != "dispatched" or _log.result_seq_txn(db, session_id, call_id) is not None:
+            row = call_row_txn(db, session_id, call_id)
+            if row is None or row.state is not CallState.DISPATCHED or _log.result_seq_txn(db, session_id, call_id) is not None:
                 # Settled meanwhile (another recoverer, or the tool's own late result): a
                 # synthetic result must never become a tool_result_late next to a real one.
                 return attrs.evolve(outcome, action=EffectAction.ALREADY_SETTLED, reason=None, detail=None), None
@@ -474,18 +299,9 @@ class EffectsMixin:
             assert put.won
             # The result trigger just set 'resolved'; the compare-and-set on that very result
             # makes the call indeterminate instead, in the same transaction.
-            db.execute(
-                "UPDATE tool_calls SET state = 'indeterminate' "
-                "WHERE session_id = ? AND call_id = ? AND result_seq = ? AND state = 'resolved'",
-                (session_id, call_id, put.event.seq),
-            )
-            state = db.value("SELECT state FROM tool_calls WHERE session_id = ? AND call_id = ?", (session_id, call_id))
-            if state != "indeterminate":  # the schema's triggers changed under us: refuse, roll back
-                raise SchemaViolation(
-                    "effect_recovery", f"the call's state is {state!r} after its indeterminate result"
-                )
+            self._results.mark_indeterminate_txn(db, session_id, call_id, put.event.seq)
             note = {"name": outcome.name, "reason": reason.value, "risk": risk, "effect": outcome.effect and outcome.effect.value,
-                    "dispatch_seq": row[1], "result_seq": put.event.seq}  # fmt: skip
+                    "dispatch_seq": row.dispatch_seq, "result_seq": put.event.seq}  # fmt: skip
             for field, value in (
                 ("detail", detail),
                 ("idempotency_key", outcome.idempotency_key),
@@ -542,8 +358,9 @@ class EffectsMixin:
     def indeterminate(self, session_id: str | None = None) -> list[IndeterminateCall]:
         """The calls awaiting an operator (G10), with their notifications; oldest first per session."""
         if session_id is not None:
-            self.session(session_id)  # type: ignore[attr-defined]
-        calls = self.scan().indeterminate  # type: ignore[attr-defined]
+            self._log.session(session_id)
+        with self._store.read() as db:
+            calls = self.indeterminate_txn(db)
         return [c for c in calls if session_id is None or c.session_id == session_id]
 
     def resolve(
@@ -565,29 +382,30 @@ class EffectsMixin:
         data: dict[str, Any] = {"tool_call_id": call_id, "outcome": OperatorOutcome(outcome).value}
         if note is not None:
             data["note"] = note
-        self._codec.encode("operator_resolution", data)  # validated before anything is written (G12)
+        self._log.codec.encode("operator_resolution", data)  # validated before anything is written (G12)
         time_ms = _log.now_ms()
         with self._store.write("resolve") as db:
             _log.next_seq_txn(db, session_id)
-            state = db.value("SELECT state FROM tool_calls WHERE session_id = ? AND call_id = ?", (session_id, call_id))
-            if state != "indeterminate":
+            row = call_row_txn(db, session_id, call_id)
+            if row is None or row.state is not CallState.INDETERMINATE:
                 raise NotIndeterminate(session_id, call_id)
-            event = append_txn(db, session_id, "operator_resolution", data, time_ms)
-        return event
+            return self._log.append_txn(db, session_id, "operator_resolution", data, time_ms)
 
 
-def _indeterminate_call_txn(db: Database, session_id: str, call_id: str) -> IndeterminateCall | None:
+def _notification_txn(db: Database, session_id: str, call_id: str) -> dict[str, Any] | None:
     row = db.one(
-        "SELECT name, dispatch_seq, result_seq FROM tool_calls WHERE session_id = ? AND call_id = ? AND state = 'indeterminate'",
+        "SELECT id, data, created_ms, acked_ms FROM notifications WHERE session_id = ? AND call_id = ? AND kind = 'indeterminate'",
         (session_id, call_id),
     )
     if row is None:
         return None
-    note = db.one(
-        "SELECT id, data, created_ms, acked_ms FROM notifications WHERE session_id = ? AND call_id = ? AND kind = 'indeterminate'",
-        (session_id, call_id),
-    )
-    notification = None
-    if note is not None:
-        notification = {"id": note[0], "data": json.loads(note[1]), "created_ms": note[2], "acked_ms": note[3]}
-    return IndeterminateCall(session_id, call_id, row[0], row[1], row[2], notification)
+    note_id, data, created_ms, acked_ms = row
+    return {"id": note_id, "data": json.loads(data), "created_ms": created_ms, "acked_ms": acked_ms}
+
+
+def _indeterminate_call_txn(db: Database, session_id: str, call_id: str) -> IndeterminateCall | None:
+    row = call_row_txn(db, session_id, call_id)
+    if row is None or row.state is not CallState.INDETERMINATE:
+        return None
+    notification = _notification_txn(db, session_id, call_id)
+    return IndeterminateCall(session_id, call_id, row.name, row.dispatch_seq, row.result_seq, notification)

@@ -2,40 +2,148 @@
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from journal import log as _log
-from journal.check import Disagreement, compare
-from journal.effects import EffectsMixin
+from journal.audit import Audit
+from journal.claims import Claims
+from journal.codec import DEFAULT_MAX_EVENT_BYTES, Codec
+from journal.effects import Effects
 from journal.errors import InvalidArgument, JournalError
-from journal.groupcommit import GroupCommit
-from journal.log import LogMixin
-from journal.results import ResultsMixin
-from journal.purge import PurgeMixin
-from journal.reconcile import ReconcileMixin
-from journal.scan import ScanMixin
-from journal.submissions import SubmissionsMixin
-from journal.transcript import TranscriptMixin
-from journal.turns import TurnsMixin
+from journal.log import Log
 from journal.model import Durability
-from journal.store import DEFAULT_BUSY_TIMEOUT_MS, Store
-from journal.validate import DEFAULT_MAX_EVENT_BYTES, Codec
+from journal.purge import Purge
+from journal.queue import Queue
+from journal.reconcile import Reconciler
+from journal.recovery import Recovery
+from journal.results import Results
+from journal.store import DEFAULT_BUSY_TIMEOUT_MS, SqliteStore, Store
+from journal.store.groupcommit import GroupCommit
+from journal.transcript import Transcript
+from journal.turns import Turns
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-class Journal(PurgeMixin, EffectsMixin, ReconcileMixin, SubmissionsMixin, TranscriptMixin, ScanMixin, TurnsMixin, ResultsMixin, LogMixin):
+class _Delegate:
+    """A public method of ``Journal`` that is a part's method: ``j.append`` is ``j._log.append``.
+
+    It is bound once per journal, on first use, so the facade adds no call to the hot path."""
+
+    def __init__(self, part: str, method: Callable[..., Any]) -> None:
+        functools.update_wrapper(self, method)
+        self._part = part
+        self._method = method.__name__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    def __get__(self, journal: Journal | None, owner: type | None = None) -> Any:
+        if journal is None:
+            return self
+        bound = getattr(journal.__dict__[self._part], self._method)
+        journal.__dict__[self._name] = bound
+        return bound
+
+    def __call__(self, journal: Journal, *args: Any, **kwargs: Any) -> Any:
+        """``Journal.append(j, ...)``, called through the class."""
+        return self.__get__(journal)(*args, **kwargs)
+
+
+def _delegate(part: str, method: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Journal, P], R]:
+    return _Delegate(part, method)  # type: ignore[return-value]
+
+
+class Journal:
     """An open journal file. Use it as a context manager, or call ``close()``.
 
     One ``Journal`` may be shared by the threads of a process; each public write is one
     ``BEGIN IMMEDIATE`` transaction (a lone append: one autocommit ``INSERT``), durable when the
-    call returns (G1).
+    call returns (G1). It is a facade over its parts, each built here with the parts it uses.
     """
 
     def __init__(self, store: Store, *, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         self._store = store
-        # Every write path encodes through this, so the journal's limits hold on all of them.
+        # The journal's limits: every part encodes events through this one codec.
         self._codec = Codec(max_event_bytes)
         self._appends = GroupCommit(store, "append")
+        self._log = Log(store, self._codec, self._appends)
+        self._queue = Queue(store, self._log)
+        self._turns = Turns(self, store, self._log, self._queue)
+        self._claims = Claims(self, store, self._log, self._queue, self._turns)
+        self._results = Results(self, store, self._log)
+        self._effects = Effects(store, self._log, self._results)
+        self._recovery = Recovery(store, self._log, self._queue, self._effects)
+        self._reconciler = Reconciler(store, self._log, self._turns, self._queue, self._recovery, self._effects)
+        self._transcript = Transcript(store, self._log)
+        self._purge = Purge(store, self._log, (self._turns, self._results, self._effects, self._queue))
+        self._audit = Audit(store, self._log)
+
+    # -- sessions and the log (journal.log) ----------------------------------------------------
+    create_session = _delegate("_log", Log.create_session)
+    session = _delegate("_log", Log.session)
+    sessions = _delegate("_log", Log.sessions)
+    append = _delegate("_log", Log.append)
+    append_many = _delegate("_log", Log.append_many)
+    events = _delegate("_log", Log.events)
+    count = _delegate("_log", Log.count)
+    fork = _delegate("_log", Log.fork)
+    _import_session = _delegate("_log", Log.import_session)  # for journal.transfer
+
+    # -- turns, steps and streams (journal.turns) ------------------------------------------------
+    turn_start = _delegate("_turns", Turns.turn_start)
+    turn = _delegate("_turns", Turns.turn)
+    step_start = _delegate("_turns", Turns.step_start)
+    step_end = _delegate("_turns", Turns.step_end)
+    provider_started = _delegate("_turns", Turns.provider_started)
+    record_assistant = _delegate("_turns", Turns.record_assistant)
+    turn_end = _delegate("_turns", Turns.turn_end)
+    save_chunk = _delegate("_turns", Turns.save_chunk)
+    stream_chunks = _delegate("_turns", Turns.stream_chunks)
+    turn_state = _delegate("_turns", Turns.turn_state)
+
+    # -- dispatch and results (journal.results) --------------------------------------------------
+    dispatch = _delegate("_results", Results.dispatch)
+    put_result = _delegate("_results", Results.put_result)
+    _requested_call = _delegate("_results", Results.requested_call)
+
+    # -- the input queue (journal.queue, journal.claims) -----------------------------------------
+    submit = _delegate("_queue", Queue.submit)
+    submission = _delegate("_queue", Queue.submission)
+    submissions = _delegate("_queue", Queue.submissions)
+    renew = _delegate("_queue", Queue.renew)
+    requeue = _delegate("_queue", Queue.requeue)
+    claim = _delegate("_claims", Claims.claim)
+    fail = _delegate("_claims", Claims.fail)
+
+    # -- restart: scan, recovery, the reconciler (journal.recovery, journal.reconcile) -----------
+    scan = _delegate("_recovery", Recovery.scan)
+    open_turns = _delegate("_recovery", Recovery.open_turns)
+    interrupted = _delegate("_recovery", Recovery.interrupted)
+    plan = _delegate("_recovery", Recovery.plan)
+    plan_recovery = _delegate("_recovery", Recovery.plan_recovery)
+    recover = _delegate("_recovery", Recovery.recover)
+    reconcile = _delegate("_reconciler", Reconciler.reconcile)
+
+    # -- effect classes and the operator path (journal.effects) ----------------------------------
+    recover_effects = _delegate("_effects", Effects.recover_effects)
+    indeterminate = _delegate("_effects", Effects.indeterminate)
+    resolve = _delegate("_effects", Effects.resolve)
+
+    # -- the messages view (journal.transcript) --------------------------------------------------
+    messages = _delegate("_transcript", Transcript.messages)
+    provider_view = _delegate("_transcript", Transcript.provider_view)
+    compact = _delegate("_transcript", Transcript.compact)
+
+    # -- erasing, checking (journal.purge, journal.audit) -----------------------------------------
+    purge = _delegate("_purge", Purge.purge)
+    check = _delegate("_audit", Audit.check)
+    integrity_check = _delegate("_audit", Audit.integrity_check)
+
+    # -- the file ----------------------------------------------------------------------------------
 
     @property
     def path(self) -> str:
@@ -44,41 +152,6 @@ class Journal(PurgeMixin, EffectsMixin, ReconcileMixin, SubmissionsMixin, Transc
     @property
     def durability(self) -> Durability:
         return self._store.durability
-
-    def integrity_check(self) -> list[str]:
-        """SQLite's verdict on the file: ``["ok"]`` when it is healthy."""
-        return self._store.integrity_check()
-
-    def check(self, session_id: str | None = None) -> list[Disagreement]:
-        """Recompute the derived state (turn journal, tool-call states) from the log and list
-        every disagreement with what is stored; also checks that seqs are contiguous."""
-        with self._store.read() as db:
-            ids = [session_id] if session_id is not None else [s.id for s in self.sessions()]
-            out: list[Disagreement] = []
-            for sid in ids:
-                _log.next_seq_txn(db, sid)  # SessionNotFound for an unknown id
-                seed = db.value("SELECT seed_length FROM sessions WHERE id = ?", (sid,))
-                own = _log.read_events_txn(db, sid, seed)
-                for expected, event in enumerate(own, start=seed):
-                    if event.seq != expected:
-                        out.append(Disagreement(sid, "events", str(expected), "seq", event.seq, expected))
-                        break
-                turns = {
-                    row[0]: dict(zip(("turn", "phase", "steps", "step_open", "end_seq"), row[1:]))
-                    for row in db.execute(
-                        "SELECT start_seq, turn, phase, steps, step_open, end_seq FROM turn_journal WHERE session_id = ?",
-                        (sid,),
-                    )
-                }
-                calls = {
-                    row[0]: dict(zip(("requested_seq", "dispatch_seq", "result_seq"), row[1:]))
-                    for row in db.execute(
-                        "SELECT call_id, requested_seq, dispatch_seq, result_seq FROM tool_calls WHERE session_id = ?",
-                        (sid,),
-                    )
-                }
-                out.extend(compare(sid, own, turns, calls))
-            return out
 
     def checkpoint(self) -> None:
         """Copy the write-ahead log into the main file now (bounds what ``normal`` can lose)."""
@@ -136,7 +209,7 @@ def open(  # noqa: A001 - the module-level opener is the library's front door: j
             raise InvalidArgument(name, f"must be an int >= 0, not {value!r}")
     if checkpoint_pages is not None and (not isinstance(checkpoint_pages, int) or checkpoint_pages < 0):
         raise InvalidArgument("checkpoint_pages", f"must be an int >= 0, not {checkpoint_pages!r}")
-    store = Store(
+    store = SqliteStore(
         path,
         durability=level,
         readonly=readonly,

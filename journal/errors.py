@@ -6,6 +6,8 @@ Every error keeps its structured arguments as attributes, builds its own message
 
 from __future__ import annotations
 
+from journal.model import WriteOutcome
+
 
 class JournalError(Exception):
     """The root of every error the library raises."""
@@ -59,13 +61,16 @@ class JournalBusy(JournalError):
 class JournalIOError(JournalError, OSError):
     """The disk failed under a write.
 
-    ``outcome`` says what is known of the write: ``"absent"`` (known not written),
-    ``"present"`` (known written) or ``"unknown"`` (a COMMIT raised; re-read before retrying).
+    ``outcome`` (a ``WriteOutcome``, equal to its string) says what is known of the write:
+    ``"absent"`` (known not written), ``"present"`` (known written) or ``"unknown"`` (a COMMIT
+    raised; re-read before retrying).
     """
 
-    def __init__(self, operation: str, outcome: str, detail: str = "") -> None:
-        super().__init__(operation, outcome, detail)
-        self.operation, self.outcome, self.detail = operation, outcome, detail
+    def __init__(self, operation: str, outcome: str | WriteOutcome, detail: str = "") -> None:
+        super().__init__(operation, str(outcome), detail)
+        known = outcome in WriteOutcome._value2member_map_
+        self.operation, self.detail = operation, detail
+        self.outcome: WriteOutcome | str = WriteOutcome(outcome) if known else outcome
 
     def message(self) -> str:
         tail = f": {self.detail}" if self.detail else ""

@@ -5,7 +5,7 @@ terminal raw: control characters (C0, DEL, C1), format characters (bidi override
 zero-width and other invisible ones, category Cf), line and paragraph separators and lone
 surrogates are shown as visible escapes (``\\x1b``, ``\\u202e``, ``\\udc80``). A newline in content
 is escaped too, so content can neither start a line of its own nor hide one. Pure functions, no
-I/O: the command line prints through ``journal.render.echo``.
+I/O: the command line prints through ``journal.cli.render.echo``.
 """
 
 from __future__ import annotations

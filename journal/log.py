@@ -1,4 +1,6 @@
-"""Sessions, appends, reads and fork: the append-only log itself.
+"""The log part: sessions, appends, reads and fork. It owns the ``sessions`` and ``events``
+tables: every other part appends through ``Log.append_txn`` (validated by the journal's codec)
+or inserts already encoded text through ``insert_txn``.
 
 A fork copies nothing: its events with ``seq < seed_length`` are read through its parent (and
 the parent's through its own parent), which is safe because events never change (G3).
@@ -13,7 +15,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from journal import store as _store
+from journal.codec import Codec, check_int
 from journal.errors import (
     AlreadyDispatched,
     BoundaryOutOfRange,
@@ -26,10 +28,9 @@ from journal.errors import (
     SessionExists,
     SessionNotFound,
 )
-from journal.groupcommit import GroupCommit
 from journal.model import Event, Session
-from journal.store import Database, Store
-from journal.validate import Codec, check_int
+from journal.store import Database, Store, UniqueViolation
+from journal.store.groupcommit import GroupCommit
 
 _SESSION_ID = re.compile(r"[\x21-\x7e]{1,256}")
 _OPEN_TURN = "SELECT 1 FROM turn_journal INDEXED BY turn_journal_open WHERE session_id = ? AND end_seq IS NULL"
@@ -130,15 +131,16 @@ def insert_txn(
     try:
         db.execute(_INSERT, (session_id, seq, type_, text, time_ms))
         db.next_seqs[session_id] = seq + 1
-    except _store.ConstraintError as exc:
-        code = exc.extendedresult
-        if code == _store.CONSTRAINT_UNIQUE and type_ == "tool_call":
+    except UniqueViolation as exc:
+        if type_ == "tool_call":
             assert call_id is not None
             raise AlreadyDispatched(session_id, call_id, dispatch_seq_txn(db, session_id, call_id) or -1) from exc
-        if code == _store.CONSTRAINT_UNIQUE and type_ == "tool_result":
+        if type_ == "tool_result":
             assert call_id is not None
             raise ResultExists(session_id, call_id) from exc
-        raise SchemaViolation(f"append of {type_}", str(exc)) from exc
+        raise SchemaViolation(f"append of {type_}", exc.detail) from exc
+    except SchemaViolation as exc:
+        raise SchemaViolation(f"append of {type_}", exc.detail) from exc
 
 
 def check_dispatch_in_turn_txn(db: Database, session_id: str, type_: str, data: dict[str, Any]) -> None:
@@ -218,6 +220,19 @@ def _stored(db: Database, row: tuple[str, int, str, str, int]) -> bool:
     return db.value("SELECT data = ? FROM events WHERE session_id = ? AND seq = ?", (text, session_id, seq)) == 1
 
 
+def insert_session_txn(
+    db: Database, session_id: str, created_ms: int, *, meta: str | None = None, parent_id: str | None = None, seed_length: int = 0
+) -> None:
+    """Insert a session row; ``SessionExists`` if the id is taken (the key decides, not a read)."""
+    try:
+        db.execute(
+            "INSERT INTO sessions (id, parent_id, seed_length, meta, created_ms) VALUES (?, ?, ?, ?, ?)",
+            (session_id, parent_id, seed_length, meta, created_ms),
+        )
+    except UniqueViolation as exc:
+        raise SessionExists(session_id) from exc
+
+
 def _session_from_row(db: Database, row: Sequence[Any]) -> Session:
     sid, parent, seed, meta, created = row
     last = db.value("SELECT max(seq) FROM events WHERE session_id = ?", (sid,))
@@ -234,29 +249,29 @@ def _session_from_row(db: Database, row: Sequence[Any]) -> Session:
 _SESSION_COLUMNS = "id, parent_id, seed_length, meta, created_ms"
 
 
-class LogMixin:
-    """Sessions and their logs; mixed into ``Journal``."""
+class Log:
+    """Sessions and their logs: the part every other part appends through."""
 
-    _store: Store
-    _codec: Codec
-    _appends: GroupCommit
+    def __init__(self, store: Store, codec: Codec, appends: GroupCommit) -> None:
+        self._store = store
+        self.codec = codec  # the journal's limits: every part encodes events through it
+        self._appends = appends
+
+    def append_txn(self, db: Database, session_id: str, type_: str, data: dict[str, Any], time_ms: int) -> Event:
+        """Append one event inside the caller's transaction, validated by the journal's codec."""
+        text, copy = self.codec.encode_copy(type_, data)
+        seq = append_text_txn(db, session_id, type_, text, time_ms)
+        return Event(session_id, seq, type_, copy, time_ms)
 
     # -- sessions ------------------------------------------------------------------------------
 
     def create_session(self, id: str | None = None, *, meta: dict[str, Any] | None = None) -> Session:
         """Create an empty session; a generated id is 32 lowercase hex characters."""
         session_id = uuid.uuid4().hex if id is None else check_session_id(id)
-        meta_text = None if meta is None else self._codec.encode("x.meta", meta)
+        meta_text = None if meta is None else self.codec.encode("x.meta", meta)
         created = now_ms()
         with self._store.write("create_session") as db:
-            try:
-                db.execute(
-                    "INSERT INTO sessions (id, meta, created_ms) VALUES (?, ?, ?)", (session_id, meta_text, created)
-                )
-            except _store.ConstraintError as exc:
-                if exc.extendedresult in (_store.CONSTRAINT_PRIMARYKEY, _store.CONSTRAINT_UNIQUE):
-                    raise SessionExists(session_id) from exc
-                raise
+            insert_session_txn(db, session_id, created, meta=meta_text)
         return Session(id=session_id, count=0, created_ms=created, meta=meta)
 
     def session(self, id: str) -> Session:
@@ -282,7 +297,7 @@ class LogMixin:
 
         Appends from several threads at once share commits (group commit): each is atomic and
         durable when it returns, and the fsyncs are shared."""
-        text, copy = self._codec.encode_copy(type, data)
+        text, copy = self.codec.encode_copy(type, data)
         time_ms = now_ms()
         guesses = self._store.next_seqs
         seq = guesses.get(session_id)
@@ -325,7 +340,7 @@ class LogMixin:
         for index, item in enumerate(items):
             if not isinstance(item, (tuple, list)) or len(item) != 2:
                 raise InvalidArgument(f"items[{index}]", "must be a (type, data) pair")
-            text, copy = self._codec.encode_copy(item[0], item[1], index=index)
+            text, copy = self.codec.encode_copy(item[0], item[1], index=index)
             encoded.append((item[0], text))
             copies.append(copy)
         if not encoded:
@@ -344,8 +359,8 @@ class LogMixin:
                         _INSERT,
                         [(session_id, first + i, t, text, time_ms) for i, (t, text) in enumerate(encoded)],
                     )
-                except _store.ConstraintError as exc:
-                    raise SchemaViolation("append_many", str(exc)) from exc
+                except SchemaViolation as exc:
+                    raise SchemaViolation("append_many", exc.detail) from exc
                 db.next_seqs[session_id] = first + len(encoded)
         return [Event(session_id, first + i, t, copies[i], time_ms) for i, (t, _) in enumerate(encoded)]
 
@@ -384,16 +399,48 @@ class LogMixin:
                 open_seq = open_turn_at_txn(db, session_id, boundary)
                 if open_seq is not None:
                     raise OpenTurnError(open_seq, f"a fork at seq {boundary} would inherit a half turn")
-            try:
-                db.execute(
-                    "INSERT INTO sessions (id, parent_id, seed_length, created_ms) VALUES (?, ?, ?, ?)",
-                    (fork_id, session_id, boundary + 1, created),
-                )
-            except _store.ConstraintError as exc:
-                if exc.extendedresult in (_store.CONSTRAINT_PRIMARYKEY, _store.CONSTRAINT_UNIQUE):
-                    raise SessionExists(fork_id) from exc
-                raise
+            insert_session_txn(db, fork_id, created, parent_id=session_id, seed_length=boundary + 1)
         return Session(id=fork_id, count=boundary + 1, created_ms=created, parent_id=session_id, seed_length=boundary + 1)
+
+    # -- what purge and import write -------------------------------------------------------
+
+    def import_session(
+        self, session_id: str, meta: str | None, created_ms: int, events: Iterable[tuple[int, str, str, int, str | None]]
+    ) -> None:
+        """A session row and its events ``(seq, type, text, time_ms, call_id)``, encoded by this
+        journal's codec, in one transaction (``journal.transfer`` reads and checks them)."""
+        with self._store.write("import") as db:
+            insert_session_txn(db, session_id, created_ms, meta=meta)
+            for seq, type_, text, time_ms, call_id in events:
+                insert_txn(db, session_id, seq, type_, text, time_ms, call_id=call_id)
+
+    def forks_reading_txn(self, db: Database, session_id: str) -> list[tuple[str, int]]:
+        """The forks that read events through the session: ``(fork id, seed_length)``."""
+        rows = db.execute(
+            "SELECT id, seed_length FROM sessions WHERE parent_id = ? AND purged_ms IS NULL ORDER BY id", (session_id,)
+        )
+        return [(fork_id, seed) for fork_id, seed in rows if seed > 0]
+
+    def detach_fork_txn(self, db: Database, fork_id: str, seed_length: int) -> None:
+        """Give a fork its own rows for the events it read through its parent (seqs kept)."""
+        rows = read_rows_txn(db, fork_id, 0, seed_length)
+        # seed_length 0 first: the schema's contiguity trigger then takes the copied events as the
+        # session's own, from seq 0, below the ones it already has.
+        db.execute("UPDATE sessions SET parent_id = NULL, seed_length = 0 WHERE id = ?", (fork_id,))
+        db.executemany(_INSERT, [(fork_id, seq, type_, data, time_ms) for seq, type_, data, time_ms in rows])
+
+    def erase_txn(self, db: Database, session_id: str, time_ms: int) -> int:
+        """Erase a session's row and events (marked purged first: the schema lets only such a
+        session's events be deleted); returns how many events went."""
+        db.execute("UPDATE sessions SET parent_id = NULL WHERE parent_id = ?", (session_id,))
+        db.execute("UPDATE sessions SET purged_ms = ? WHERE id = ?", (time_ms, session_id))
+        deleted = db.value("SELECT count(*) FROM events WHERE session_id = ?", (session_id,))
+        db.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
+        return deleted
+
+    def forget_txn(self, db: Database, session_id: str) -> None:
+        """Delete the session's row, last: the derived rows that reference it are gone by now."""
+        db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
 
 
 def open_turn_at_txn(db: Database, session_id: str, boundary: int) -> int | None:

@@ -24,6 +24,14 @@ class Durability(Vocabulary):
     NORMAL = "normal"
 
 
+class WriteOutcome(Vocabulary):
+    """What is known of a write that failed (``JournalIOError.outcome``)."""
+
+    ABSENT = "absent"  # known not written: safe to retry
+    PRESENT = "present"  # known written
+    UNKNOWN = "unknown"  # the commit itself failed: re-read before retrying
+
+
 class EventType(Vocabulary):
     SYSTEM_MESSAGE = "system_message"
     USER_MESSAGE = "user_message"
@@ -105,6 +113,24 @@ class SubmissionState(Vocabulary):
     RUNNING = "running"
     COMPLETED = "completed"
     FAILED = "failed"
+
+
+class StaleReason(Vocabulary):
+    """Why the restart scan lists a submission."""
+
+    EXPIRED = "expired"  # running, and its lease ran out
+    OWNER_DEAD = "owner_dead"  # running, and the process holding its lease is gone
+    QUEUED = "queued"  # waiting for a claim
+
+
+class DecisionAction(Vocabulary):
+    """What the reconciler did with one stale submission."""
+
+    SETTLED = "settled"
+    FAILED = "failed"
+    REQUEUED = "requeued"
+    NEW_ATTEMPT = "new_attempt"
+    SKIPPED = "skipped"
 
 
 class OperatorOutcome(Vocabulary):

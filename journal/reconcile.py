@@ -1,4 +1,4 @@
-"""The reconciler: the resume policy of DESIGN §7(3).
+"""The reconciler part: the resume policy of DESIGN §7(3).
 
 For each running submission whose lease expired or whose owner is dead, one ``BEGIN IMMEDIATE``
 transaction re-checks that it is still stale (the compare-and-set that makes two reconcilers
@@ -22,13 +22,18 @@ Effect-class recovery (when a registry is given) runs first, outside any transac
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import attrs
 
 from journal import log as _log
-from journal.classify import (
+from journal import queue as _queue
+from journal.codec import MAX_CLOCK_MS, check_int, check_number
+from journal.effects import Effects
+from journal.errors import InvalidArgument
+from journal.log import Log
+from journal.model import DecisionAction, Event, Phase, Risk, StepOutcome, SubmissionState, TurnEndReason
+from journal.pure.classify import (
     AdvancedPastInput,
     Completed,
     Resume,
@@ -36,16 +41,13 @@ from journal.classify import (
     TerminalError,
     classify_submission_state,
 )
-from journal.errors import InvalidArgument
-from journal.model import Event, Phase, Risk
-from journal.recovery import synthetic_result
+from journal.pure.plan import synthetic_result
+from journal.queue import Queue, Submission
+from journal.recovery import Recovery
 from journal.results import put_result_txn
-from journal.scan import apply_plan_txn
 from journal.store import Database, Store
-from journal.owners import owner_is_dead
-from journal.submissions import Submission, get_submission_txn
-from journal.turns import append_txn
-from journal.validate import MAX_CLOCK_MS, check_int, check_number, encode
+from journal.tools import ToolRegistry
+from journal.turns import Turns, TurnState, turn_row_txn
 
 DEFAULT_CONTEXT_WINDOW = 200_000
 
@@ -56,7 +58,7 @@ class Decision:
 
     submission_id: str
     session_id: str
-    action: str  # settled | failed | requeued | new_attempt | skipped
+    action: DecisionAction
     state: str  # the classifier's kind
     attempt: int
     resume_mode: ResumeMode | None = None
@@ -67,7 +69,7 @@ class Decision:
         return {
             "submission_id": self.submission_id,
             "session_id": self.session_id,
-            "action": self.action,
+            "action": self.action.value,
             "state": self.state,
             "attempt": self.attempt,
             "resume_mode": None if self.resume_mode is None else self.resume_mode.value,
@@ -76,16 +78,16 @@ class Decision:
         }
 
 
-class _DryRun(Exception):
-    def __init__(self, decision: Decision) -> None:
-        super().__init__(decision)
-        self.decision = decision
+class Reconciler:
+    """``reconcile``."""
 
-
-class ReconcileMixin:
-    """``reconcile`` on ``Journal``."""
-
-    _store: Store
+    def __init__(self, store: Store, log: Log, turns: Turns, queue: Queue, recovery: Recovery, effects: Effects) -> None:
+        self._store = store
+        self._log = log
+        self._turns = turns
+        self._queue = queue
+        self._recovery = recovery
+        self._effects = effects
 
     def reconcile(
         self,
@@ -93,12 +95,12 @@ class ReconcileMixin:
         now: float | None = None,
         now_ms: int | None = None,
         context_window: int = DEFAULT_CONTEXT_WINDOW,
-        registry: Any = None,
+        registry: ToolRegistry | None = None,
         dry_run: bool = False,
     ) -> list[Decision]:
         """Decide, for every stale running submission, whether to settle, fail, requeue or
         resume it, and make the repairs; one transaction per submission. ``dry_run`` decides
-        and rolls everything back.
+        and makes the repairs in transactions that are rolled back instead of committed.
 
         The clock (for lease expiry and timeouts) is the current time, or ``now`` in seconds
         since the epoch (as ``time.time()``), or ``now_ms`` in milliseconds."""
@@ -111,88 +113,54 @@ class ReconcileMixin:
             check_int("now_ms", now_ms, maximum=MAX_CLOCK_MS)
         clock_ms = now_ms if now_ms is not None else _log.now_ms()
         with self._store.read() as db:
-            stale, _queued = self._scan_submissions_txn(db, clock_ms)  # type: ignore[attr-defined]
+            stale, _queued = self._queue.stale_txn(db, clock_ms)
         if registry is not None and not dry_run:
             for session_id in dict.fromkeys(info.session_id for info in stale):
-                self.recover_effects(registry, session_id=session_id)  # type: ignore[attr-defined]
+                self._effects.recover_effects(registry, session_id=session_id)
         decisions = []
         for info in stale:
-            try:
-                with self._store.write("reconcile") as db:
-                    decision = _reconcile_txn(db, info.id, clock_ms, context_window)
-                    if dry_run:
-                        raise _DryRun(decision)
-            except _DryRun as planned:
-                decision = planned.decision
-            decisions.append(decision)
+            with self._store.write("reconcile", commit=not dry_run) as db:
+                decisions.append(self._reconcile_txn(db, info.id, clock_ms, context_window))
         return decisions
 
+    def _reconcile_txn(self, db: Database, submission_id: str, now: int, context_window: int) -> Decision:
+        sub = _queue.get_txn(db, submission_id)
+        state_kind = "pending"
+        if not _queue.is_stale(sub, now):
+            return Decision(sub.id, sub.session_id, DecisionAction.SKIPPED, state_kind, sub.attempt, reason="not stale any more")
+        following = None if sub.input_seq is None else _log.read_events_txn(db, sub.session_id, sub.input_seq + 1)
+        if sub.input_seq is not None and not _log.read_events_txn(db, sub.session_id, sub.input_seq, sub.input_seq + 1):
+            following = None
+        state = classify_submission_state(following, context_window=context_window)
+        act = _Act(self, db, sub, now, state.kind)
+        turn = None if sub.turn_start_seq is None else turn_row_txn(db, sub.session_id, sub.turn_start_seq, open_only=True)
 
-def _is_stale(sub: Submission, now: int) -> bool:
-    expired = sub.lease_expires_ms is not None and sub.lease_expires_ms <= now
-    return sub.state.value == "running" and (expired or owner_is_dead(sub.lease_owner))
-
-
-def _reconcile_txn(db: Database, submission_id: str, now: int, context_window: int) -> Decision:
-    sub = get_submission_txn(db, submission_id)
-    state_kind = "pending"
-    if not _is_stale(sub, now):
-        return Decision(sub.id, sub.session_id, "skipped", state_kind, sub.attempt, reason="not stale any more")
-    following = None if sub.input_seq is None else _log.read_events_txn(db, sub.session_id, sub.input_seq + 1)
-    if sub.input_seq is not None and not _log.read_events_txn(db, sub.session_id, sub.input_seq, sub.input_seq + 1):
-        following = None
-    state = classify_submission_state(following, context_window=context_window)
-    state_kind = state.kind
-    act = _Act(db, sub, now, state_kind)
-    turn = _open_turn_row(db, sub)
-
-    if sub.input_seq is None:
-        return act.requeue()
-    if isinstance(state, (Completed, AdvancedPastInput)):  # 1
-        return act.settle("completed" if isinstance(state, Completed) else "advanced_past_input", turn)
-    if sub.attempt >= sub.max_attempts:  # 2
-        return act.fail("attempts exhausted", turn)
-    if now > sub.created_ms + sub.timeout_s * 1000:
-        return act.fail("timed out", turn)
-    if isinstance(state, TerminalError):
-        return act.fail(f"terminal error: {state.reason}", turn)
-    if turn is not None:
-        phase, stream_key = Phase(turn["phase"]), turn["stream_key"]
-        if phase is Phase.PROVIDER_STARTED and stream_key and _unconsumed_chunks(db, stream_key):  # 3
-            act.continue_stream(turn)
-        elif phase is Phase.TOOL_REQUEST_RECORDED:  # 5
-            act.repair_tool_request(turn)
-        return act.new_attempt(context_window, turn)  # 4 (and after 3 and 5)
-    if isinstance(state, Resume):
-        return act.new_attempt(context_window, None)
-    return act.fail("interrupted", None)  # 6
-
-
-def _open_turn_row(db: Database, sub: Submission) -> dict[str, Any] | None:
-    if sub.turn_start_seq is None:
-        return None
-    row = db.one(
-        "SELECT start_seq, turn, phase, steps, step_open, stream_key, tool_request FROM turn_journal "
-        "WHERE session_id = ? AND start_seq = ? AND end_seq IS NULL",
-        (sub.session_id, sub.turn_start_seq),
-    )
-    keys = ("start_seq", "turn", "phase", "steps", "step_open", "stream_key", "tool_request")
-    return None if row is None else dict(zip(keys, row))
-
-
-def _unconsumed_chunks(db: Database, stream_key: str) -> list[str]:
-    return [
-        row[0]
-        for row in db.execute(
-            "SELECT content FROM stream_chunks WHERE stream_key = ? AND consumed = 0 ORDER BY idx", (stream_key,)
-        )
-    ]
+        if sub.input_seq is None:
+            return act.requeue()
+        if isinstance(state, (Completed, AdvancedPastInput)):  # 1
+            return act.settle("completed" if isinstance(state, Completed) else "advanced_past_input", turn)
+        if sub.attempt >= sub.max_attempts:  # 2
+            return act.fail("attempts exhausted", turn)
+        if now > sub.created_ms + sub.timeout_s * 1000:
+            return act.fail("timed out", turn)
+        if isinstance(state, TerminalError):
+            return act.fail(f"terminal error: {state.reason}", turn)
+        if turn is not None:
+            if turn.phase is Phase.PROVIDER_STARTED and turn.stream_key and self._turns.unconsumed_chunks_txn(db, turn.stream_key):  # 3
+                act.continue_stream(turn)
+            elif turn.phase is Phase.TOOL_REQUEST_RECORDED:  # 5
+                turn = act.repair_tool_request(turn)
+            return act.new_attempt(context_window, turn)  # 4 (and after 3 and 5)
+        if isinstance(state, Resume):
+            return act.new_attempt(context_window, None)
+        return act.fail("interrupted", None)  # 6
 
 
 @attrs.define
 class _Act:
     """The writes of one reconciliation, inside its transaction."""
 
+    parts: Reconciler
     db: Database
     sub: Submission
     now: int
@@ -200,88 +168,81 @@ class _Act:
     appended: list[Event] = attrs.Factory(list)
 
     def _append(self, type_: str, data: dict[str, Any]) -> Event:
-        event = append_txn(self.db, self.sub.session_id, type_, data, self.now)
+        event = self.parts._log.append_txn(self.db, self.sub.session_id, type_, data, self.now)
         self.appended.append(event)
         return event
 
-    def _decision(self, action: str, *, mode: ResumeMode | None = None, reason: str | None = None) -> Decision:
+    def _decision(self, action: DecisionAction, *, mode: ResumeMode | None = None, reason: str | None = None) -> Decision:
         return Decision(
             self.sub.id, self.sub.session_id, action, self.state_kind, self.sub.attempt, mode, reason, tuple(self.appended)
         )
 
-    def _set_state(self, state: str, outcome: str | None, mode: ResumeMode | None = None) -> None:
-        self.db.execute(
-            "UPDATE submissions SET state = ?, outcome = ?, resume_mode = ?, lease_owner = NULL, "
-            "lease_expires_ms = NULL, updated_ms = ? WHERE id = ? AND attempt = ? AND state = 'running'",
-            (state, outcome, None if mode is None else mode.value, self.now, self.sub.id, self.sub.attempt),
-        )
-        assert self.db.changes() == 1
-
-    def _close_step(self, turn: dict[str, Any], outcome: str) -> None:
-        if turn["step_open"]:
-            self._append("step_end", {"turn": turn["turn"], "step": turn["steps"], "outcome": outcome})
-            turn["step_open"] = 0
+    def _leave_running(self, to: SubmissionState, outcome: str | None, mode: ResumeMode | None = None) -> None:
+        moved = _queue.transition_txn(
+            self.db, self.sub.id, self.sub.attempt, from_=SubmissionState.RUNNING, to=to, now=self.now,
+            outcome=outcome, resume_mode=mode,
+        )  # fmt: skip
+        assert moved  # inside BEGIN IMMEDIATE, after the staleness re-check
 
     def requeue(self) -> Decision:
-        self._set_state("queued", None)
-        return self._decision("requeued", reason="the input was never applied")
+        self._leave_running(SubmissionState.QUEUED, None)
+        return self._decision(DecisionAction.REQUEUED, reason="the input was never applied")
 
-    def settle(self, outcome: str, turn: dict[str, Any] | None) -> Decision:
+    def settle(self, outcome: str, turn: TurnState | None) -> Decision:
         if turn is not None:
-            self._close_step(turn, "ok")
-            self._append("turn_end", {"turn": turn["turn"], "steps": turn["steps"], "reason": "complete"})
-        self._set_state("completed", outcome)
-        return self._decision("settled", reason=outcome)
+            complete, ok = TurnEndReason.COMPLETE.value, StepOutcome.OK.value
+            closed = self.parts._turns.close_txn(self.db, self.sub.session_id, turn.start_seq, self.now, reason=complete, step_outcome=ok)
+            self.appended.extend(closed)
+        self._leave_running(SubmissionState.COMPLETED, outcome)
+        return self._decision(DecisionAction.SETTLED, reason=outcome)
 
-    def fail(self, reason: str, turn: dict[str, Any] | None) -> Decision:
+    def fail(self, reason: str, turn: TurnState | None) -> Decision:
         before = len(self.appended)
         if turn is not None:
-            self.appended.extend(apply_plan_txn(self.db, self.sub.session_id, self.now))
+            self.appended.extend(self.parts._recovery.apply_plan_txn(self.db, self.sub.session_id, self.now))
         interrupted = [e.data["tool_call_id"] for e in self.appended[before:] if e.type == "tool_result"]
         self._append(
             "submission_interrupted", {"submission_id": self.sub.id, "tool_call_ids": interrupted, "reason": reason}
         )
-        self._set_state("failed", reason)
-        return self._decision("failed", reason=reason)
+        self._leave_running(SubmissionState.FAILED, reason)
+        return self._decision(DecisionAction.FAILED, reason=reason)
 
-    def continue_stream(self, turn: dict[str, Any]) -> None:
-        chunks = _unconsumed_chunks(self.db, turn["stream_key"])
+    def continue_stream(self, turn: TurnState) -> None:
+        assert turn.stream_key is not None
+        chunks = self.parts._turns.unconsumed_chunks_txn(self.db, turn.stream_key)
         self._append("assistant_message", {"content": "".join(chunks), "stop_reason": "aborted"})
-        self._append("stream_interrupted", {"stream_key": turn["stream_key"], "chunks": len(chunks)})
-        self._append("stream_continued", {"stream_key": turn["stream_key"]})
-        self.db.execute("UPDATE stream_chunks SET consumed = 1 WHERE stream_key = ? AND consumed = 0", (turn["stream_key"],))
+        self._append("stream_interrupted", {"stream_key": turn.stream_key, "chunks": len(chunks)})
+        self._append("stream_continued", {"stream_key": turn.stream_key})
+        self.parts._turns.consume_chunks_txn(self.db, turn.stream_key)
 
-    def repair_tool_request(self, turn: dict[str, Any]) -> None:
-        for call in _calls(turn["tool_request"]):
+    def repair_tool_request(self, turn: TurnState) -> TurnState:
+        """Synthetic results for the request's calls still without one; the step closed."""
+        for call in _calls(turn.tool_request):
             if _log.result_seq_txn(self.db, self.sub.session_id, call["id"]) is not None:
                 continue
             dispatched = _log.dispatch_seq_txn(self.db, self.sub.session_id, call["id"]) is not None
             risk = Risk.TOOL_OUTCOME_UNKNOWN if dispatched else Risk.TOOL_NOT_STARTED
             repair = synthetic_result(call["id"], call.get("name"), risk, source="reconciler")
-            outcome = put_result_txn(
-                self.db, self.sub.session_id, call["id"], encode("tool_result", repair.data), self.now
-            )
+            text = self.parts._log.codec.encode("tool_result", repair.data)
+            outcome = put_result_txn(self.db, self.sub.session_id, call["id"], text, self.now)
             if outcome.won:
                 self.appended.append(outcome.event)
-        self._close_step(turn, "error")
+        if turn.step_open:
+            self._append("step_end", {"turn": turn.turn, "step": turn.steps, "outcome": StepOutcome.ERROR.value})
+        return attrs.evolve(turn, step_open=False)
 
-    def new_attempt(self, context_window: int, turn: dict[str, Any] | None) -> Decision:
+    def new_attempt(self, context_window: int, turn: TurnState | None) -> Decision:
         following = _log.read_events_txn(self.db, self.sub.session_id, (self.sub.input_seq or 0) + 1)
         state = classify_submission_state(following, context_window=context_window)
         mode = state.mode if isinstance(state, Resume) else ResumeMode.INPUT_ONLY
         if turn is not None:
             # Fence the crashed worker now: the turn belongs to the attempt the next claim starts.
-            self.db.execute(
-                "UPDATE turn_journal SET attempt = ?, revision = revision + 1 WHERE session_id = ? AND start_seq = ? "
-                "AND end_seq IS NULL",
-                (self.sub.attempt + 1, self.sub.session_id, turn["start_seq"]),
-            )
-        self._set_state("queued", None, mode)
-        return self._decision("new_attempt", mode=mode)
+            self.parts._turns.hand_over_txn(self.db, self.sub.session_id, turn.start_seq, attempt=self.sub.attempt + 1)
+        self._leave_running(SubmissionState.QUEUED, None, mode)
+        return self._decision(DecisionAction.NEW_ATTEMPT, mode=mode)
 
 
-def _calls(tool_request: str | None) -> list[dict[str, Any]]:
-    if not tool_request:
+def _calls(tool_request: list[Any] | None) -> list[dict[str, Any]]:
+    if not isinstance(tool_request, list):
         return []
-    calls = json.loads(tool_request)
-    return [c for c in calls if isinstance(c, dict) and isinstance(c.get("id"), str)] if isinstance(calls, list) else []
+    return [c for c in tool_request if isinstance(c, dict) and isinstance(c.get("id"), str)]

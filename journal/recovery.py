@@ -1,228 +1,285 @@
-"""Recovery planning: what to append so a crashed session's history is honest (DESIGN §7(2)).
+"""The recovery part: the restart scan and close-policy recovery (DESIGN §7).
 
-Pure functions over one session's complete log, in seq order. No I/O; applying the plan is
-someone else's job. An orphaned ``turn_start`` (a turn that never got its ``turn_end``) is the
-crash signal; the repair is one synthetic ``tool_result`` per call the turn still owes, each with
-a risk, then a ``turn_end`` with reason ``interrupted``. Nothing else is ever planned, so a clean
-log (every turn closed) gets an empty plan even when it has a dangling call (G8).
-
-Detection keys on event types only, never on reasons or metadata, which is what makes planning
-the result of a plan come out empty.
+``scan()`` is read-only and reads only the partial indexes of unfinished work (open turns,
+unresolved calls, running and queued submissions, indeterminate calls), so its cost grows with
+that work and not with the file (G7). ``recover()`` applies the pure planner
+(``journal.pure.plan``, re-exported here) to each session the scan names, one transaction per
+session, with results going through the same first-write-wins insert as live ones: running it
+twice, or from two processes at once, appends one repair (G8).
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable
-from typing import Any, TypeGuard
+from typing import Any
 
 import attrs
 
-from journal.model import Event, EventType, Risk, TurnEndReason
+from journal import log as _log
+from journal.effects import Effects, IndeterminateCall, OperatorCallback
+from journal.errors import InvalidArgument
+from journal.log import Log
+from journal.model import CallState, Event, Phase, SubmissionState, Vocabulary
+from journal.owners import held_elsewhere
+from journal.pure.plan import Repair, interrupted, open_turns, plan, synthetic_result
+from journal.queue import Queue, SubmissionInfo
+from journal.results import PendingCall, calls_in_state_txn, put_result_txn
+from journal.store import Database, Store
+from journal.tools import ToolRegistry
 
-__all__ = ["Repair", "interrupted", "open_turns", "plan", "synthetic_result"]
-
-_log = logging.getLogger("journal.recovery")
-
-_SOURCE = "recovery"
+__all__ = [
+    "OpenTurn",
+    "OwedCall",
+    "Recovery",
+    "RecoveryPlan",
+    "RecoveryResult",
+    "Repair",
+    "ScanReport",
+    "interrupted",
+    "open_turns",
+    "plan",
+    "synthetic_result",
+]
 
 
 @attrs.frozen
-class Repair:
-    """One event recovery wants to append: its ``type`` and ``data``."""
+class OwedCall:
+    """A tool call an open turn still owes a result for."""
 
-    type: str
-    data: dict[str, Any] = attrs.field(hash=False)
-
-    @property
-    def tool_call_id(self) -> str | None:
-        """The call a synthetic result answers; ``None`` for a ``turn_end``."""
-        return self.data.get("tool_call_id") if self.type == EventType.TOOL_RESULT else None
-
-    @property
-    def risk(self) -> Risk | None:
-        """The risk of a synthetic result; ``None`` for a ``turn_end``."""
-        metadata = self.data.get("metadata") if self.type == EventType.TOOL_RESULT else None
-        return Risk(metadata["risk"]) if isinstance(metadata, dict) else None
-
-
-def open_turns(events: Iterable[Event]) -> list[Event]:
-    """The ``turn_start`` events that never got a ``turn_end``, innermost first.
-
-    Turns do not nest, so a healthy log yields at most one; a list is returned so that a
-    double-started log can be described rather than refused. A ``turn_end`` closes the innermost
-    open turn; one with nothing open is ignored with a warning naming its seq.
-    """
-    return [turn.start for turn in reversed(_walk(events).open)]
-
-
-def interrupted(events: Iterable[Event]) -> bool:
-    """Whether the log was left mid-turn, i.e. whether a crash needs repairing."""
-    return bool(open_turns(events))
-
-
-def plan(events: Iterable[Event]) -> list[Repair]:
-    """The events recovery would append, in append order, without appending them.
-
-    For each orphaned turn, innermost first: one synthetic ``tool_result`` per owed call (in the
-    order the calls were first seen), then its ``turn_end``. A call is owed by the innermost turn
-    open at its first sighting (in an assistant message's ``tool_calls`` or a ``tool_call``
-    dispatch) when no ``tool_result`` anywhere in the log answers it. Never raises on malformed
-    data: what cannot be a call id (a non-string or empty id) is skipped.
-    """
-    log = _walk(events)
-    repairs: list[Repair] = []
-    for turn in reversed(log.open):
-        for call in log.calls.values():
-            if call.turn is turn and call.id not in log.answered:
-                repairs.append(_synthetic_result(call, _risk(call, log.dispatched)))
-        repairs.append(_turn_end(turn))
-    return repairs
-
-
-# -- the walk ------------------------------------------------------------------------------------
-
-
-@attrs.define(eq=False)
-class _Step:
-    closed: bool = False
-
-
-@attrs.define(eq=False)
-class _Turn:
-    start: Event
-    steps: int = 0
-    open_steps: list[_Step] = attrs.Factory(list)
-    dispatched: set[str] = attrs.Factory(set)
-
-
-@attrs.define(eq=False)
-class _Call:
-    id: str
+    call_id: str
     name: str | None
-    turn: _Turn | None  # the innermost turn open at the first sighting
-    step: _Step | None  # that turn's open step at the first sighting
+    requested_seq: int | None
+    dispatch_seq: int | None
+
+    @property
+    def dispatched(self) -> bool:
+        return self.dispatch_seq is not None
 
 
-@attrs.define(eq=False)
-class _Log:
-    open: list[_Turn] = attrs.Factory(list)  # a stack: the innermost open turn is last
-    calls: dict[str, _Call] = attrs.Factory(dict)  # in the order first seen
-    dispatched: set[str] = attrs.Factory(set)
-    answered: set[str] = attrs.Factory(set)
+@attrs.frozen
+class OpenTurn:
+    """A turn that started and never ended: after a restart, the crash signal."""
 
-    def sight(self, call_id: str, name: object) -> None:
-        """Attribute a call to where it was first seen; a later sighting may only name it."""
-        known = self.calls.get(call_id)
-        if known is not None:
-            if known.name is None and isinstance(name, str):
-                known.name = name
-            return
-        turn = self.open[-1] if self.open else None
-        step = turn.open_steps[-1] if turn is not None and turn.open_steps else None
-        self.calls[call_id] = _Call(call_id, name if isinstance(name, str) else None, turn, step)
+    session_id: str
+    start_seq: int
+    turn: int | None
+    phase: Phase
+    attempt: int
+    submission_id: str | None
+    owed: tuple[OwedCall, ...]
+    owner: str | None = None  # the process driving it (host:pid:start), if recorded
+    held: bool = False  # that process may still be driving it: recover() leaves it unless forced
 
 
-def _walk(events: Iterable[Event]) -> _Log:
-    log = _Log()
-    for event in events:
-        data = event.data if isinstance(event.data, dict) else {}
-        kind = event.type
-        innermost = log.open[-1] if log.open else None
-        if kind == EventType.TURN_START:
-            log.open.append(_Turn(event))
-        elif kind == EventType.TURN_END:
-            if innermost is None:
-                _log.warning("turn_end at seq %r closes no open turn; ignored", event.seq)
-            else:
-                log.open.pop()
-        elif kind == EventType.STEP_START:
-            if innermost is not None:
-                innermost.steps += 1
-                innermost.open_steps.append(_Step())
-        elif kind == EventType.STEP_END:
-            # Pairing is structural, like turns: a step_end closes the innermost open step of the
-            # innermost open turn; its `step` number is not trusted over the order of the log.
-            if innermost is not None and innermost.open_steps:
-                innermost.open_steps.pop().closed = True
-        elif kind == EventType.ASSISTANT_MESSAGE:
-            tool_calls = data.get("tool_calls")
-            if isinstance(tool_calls, list):
-                for call in tool_calls:
-                    if isinstance(call, dict) and _is_id(call.get("id")):
-                        log.sight(call["id"], call.get("name"))
-        elif kind == EventType.TOOL_CALL:
-            call_id = data.get("id")
-            if _is_id(call_id):
-                log.dispatched.add(call_id)
-                if innermost is not None:
-                    innermost.dispatched.add(call_id)
-                log.sight(call_id, data.get("name"))
-        elif kind == EventType.TOOL_RESULT:
-            call_id = data.get("tool_call_id")
-            if _is_id(call_id):
-                log.answered.add(call_id)
-    return log
+@attrs.frozen
+class ScanReport:
+    """Everything unfinished in the file."""
+
+    open_turns: tuple[OpenTurn, ...]
+    pending_calls: tuple[PendingCall, ...]
+    indeterminate: tuple[IndeterminateCall, ...]
+    stale_submissions: tuple[SubmissionInfo, ...] = ()
+    queued_submissions: tuple[SubmissionInfo, ...] = ()
+
+    @property
+    def clean(self) -> bool:
+        return not (self.open_turns or self.pending_calls or self.indeterminate or self.stale_submissions)
+
+    @property
+    def sessions(self) -> list[str]:
+        """The sessions with an open turn, in the order found."""
+        return list(dict.fromkeys(t.session_id for t in self.open_turns))
+
+    def to_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self, value_serializer=_serialize)
 
 
-def _is_id(value: object) -> TypeGuard[str]:
-    return isinstance(value, str) and value != ""
+def _serialize(_inst: Any, _field: Any, value: Any) -> Any:
+    return value.value if isinstance(value, Vocabulary) else value
 
 
-# -- the repairs ---------------------------------------------------------------------------------
+@attrs.frozen
+class RecoveryPlan:
+    """What ``recover`` would append to one session, planned without writing anything."""
+
+    session_id: str
+    repairs: tuple[Repair, ...]
+    live_owner: str | None = None  # set when the turn's owner may still be driving it: nothing planned
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "repairs": [{"type": r.type, "data": r.data} for r in self.repairs],
+            "live_owner": self.live_owner,
+        }
 
 
-def _risk(call: _Call, dispatched: set[str]) -> Risk:
-    """DESIGN §7(2), first match wins. When in doubt, say "may have run": wrongly saying "did
-    not run" is how a payment is made twice."""
-    if call.id in dispatched:  # 1: handed to its executor, no result
-        return Risk.TOOL_OUTCOME_UNKNOWN
-    turn = call.turn
-    if turn is not None and turn.dispatched - {call.id}:  # 2: the turn records others' dispatches
-        return Risk.TOOL_NOT_STARTED
-    if turn is not None and not turn.dispatched and call.step is not None and call.step.closed:
-        # 3: no dispatch bookkeeping at all, but the step closed, so nothing was in flight
-        return Risk.TOOL_NOT_STARTED
-    return Risk.TOOL_OUTCOME_UNKNOWN  # 4
+@attrs.frozen
+class RecoveryResult:
+    """What ``recover`` appended to one session."""
+
+    session_id: str
+    appended: tuple[Event, ...]
+    live_owner: str | None = None  # set when the turn's owner may still be driving it: nothing appended
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "appended": [e.to_dict() for e in self.appended],
+            "live_owner": self.live_owner,
+        }
 
 
-def _synthetic_result(call: _Call, risk: Risk) -> Repair:
-    return synthetic_result(call.id, call.name, risk)
+_OPEN_TURNS = (
+    "SELECT t.session_id, t.start_seq, t.turn, t.phase, t.attempt, t.submission_id, t.owner, "
+    "q.state, q.lease_owner, q.lease_expires_ms FROM turn_journal AS t "
+    "LEFT JOIN submissions AS q ON q.id = t.submission_id WHERE t.end_seq IS NULL"
+)
 
 
-def synthetic_result(call_id: str, name: str | None, risk: Risk, *, source: str = _SOURCE, **extra: Any) -> Repair:
-    """The ``tool_result`` that stands in for a call's lost result, saying honestly what is known.
-
-    ``extra`` goes into the metadata (the effect-class recovery marks ``indeterminate``)."""
-    data: dict[str, Any] = {"tool_call_id": call_id}
-    if name is not None:
-        data["name"] = name
-    data["content"] = _text(call_id, name, risk)
-    data["is_error"] = True
-    data["metadata"] = {"synthetic": True, "risk": risk.value, "source": source, **extra}
-    return Repair(EventType.TOOL_RESULT.value, data)
+def _held(owner: str | None, sub_state: str | None, lease_owner: str | None, lease_expires_ms: int | None, now: int) -> bool:
+    """Whether a turn's owner may still be driving it. A claimed turn is held while its lease
+    is (the same owner, not expired, not dead); a turn of the turn API while its process lives."""
+    if sub_state is not None and (sub_state != SubmissionState.RUNNING or lease_owner != owner or (lease_expires_ms or 0) <= now):
+        return False
+    return held_elsewhere(owner)
 
 
-def _text(call_id: str, name: str | None, risk: Risk) -> str:
-    tool = f"tool {name!r}" if name is not None else "a tool of unknown name"
-    head = f"The call {call_id!r} to {tool} was interrupted by a crash and has no result."
-    if risk is Risk.TOOL_NOT_STARTED:
-        return (
-            f"{head} It was never dispatched: it did not run and had no side effects. "
-            "It is safe to call it again if it is still needed."
+def held_by_txn(db: Database, session_id: str, now: int) -> str | None:
+    """The owner that may still be driving an open turn of the session, or ``None``."""
+    for _sid, _start, _turn, _phase, _attempt, _sub, owner, *lease in db.execute(_OPEN_TURNS + " AND t.session_id = ?", (session_id,)):
+        if _held(owner, *lease, now):
+            return owner
+    return None
+
+
+def open_turns_txn(db: Database) -> list[OpenTurn]:
+    turns = []
+    now = _log.now_ms()
+    rows = list(db.execute(_OPEN_TURNS + " ORDER BY t.session_id, t.start_seq"))
+    for session_id, start_seq, turn, phase, attempt, submission_id, owner, *lease in rows:
+        owed = tuple(
+            OwedCall(call_id, name, requested_seq, dispatch_seq)
+            for call_id, name, requested_seq, dispatch_seq in db.execute(
+                "SELECT call_id, name, requested_seq, dispatch_seq FROM tool_calls INDEXED BY tool_calls_owed "
+                "WHERE session_id = ? AND result_seq IS NULL "
+                "AND coalesce(requested_seq, dispatch_seq) >= ? ORDER BY coalesce(requested_seq, dispatch_seq), call_id",
+                (session_id, start_seq),
+            )
         )
-    return (
-        f"{head} It MAY have run before the crash, so whether its side effects happened is "
-        "unknown. Do not simply call it again: verify before retrying (check whether its "
-        "effect took place, or ask the user)."
-    )
+        held = _held(owner, *lease, now)
+        turns.append(OpenTurn(session_id, start_seq, turn, Phase(phase), attempt, submission_id, owed, owner, held))
+    return turns
 
 
-def _turn_end(turn: _Turn) -> Repair:
-    data: dict[str, Any] = {}
-    number = turn.start.data.get("turn") if isinstance(turn.start.data, dict) else None
-    if isinstance(number, int) and not isinstance(number, bool):
-        data["turn"] = number
-    data["steps"] = turn.steps
-    data["reason"] = TurnEndReason.INTERRUPTED.value
-    return Repair(EventType.TURN_END.value, data)
+class Recovery:
+    """``scan``, ``plan``, ``plan_recovery`` and close-policy ``recover``."""
+
+    def __init__(self, store: Store, log: Log, queue: Queue, effects: Effects) -> None:
+        self._store = store
+        self._log = log
+        self._queue = queue
+        self._effects = effects
+
+    def scan(self) -> ScanReport:
+        """A read-only report of all unfinished work (runs on a read-only journal too)."""
+        with self._store.read() as db:
+            stale, queued = self._queue.stale_txn(db, _log.now_ms())
+            return ScanReport(
+                open_turns=tuple(open_turns_txn(db)),
+                pending_calls=tuple(PendingCall.from_call(c) for c in calls_in_state_txn(db, CallState.DISPATCHED)),
+                indeterminate=tuple(self._effects.indeterminate_txn(db)),
+                stale_submissions=tuple(stale),
+                queued_submissions=tuple(queued),
+            )
+
+    def open_turns(self, session_id: str) -> list[Event]:
+        """The session's ``turn_start`` events that never got a ``turn_end``, innermost first."""
+        return open_turns(self._log.events(session_id))
+
+    def interrupted(self, session_id: str) -> bool:
+        """Whether the session was left mid-turn (a crash to repair)."""
+        return bool(self.open_turns(session_id))
+
+    def plan(self, session_id: str) -> list[Repair]:
+        """What ``recover`` would append to the session, without appending it."""
+        return plan(self._log.events(session_id))
+
+    def plan_recovery(self, session_id: str | None = None, *, force: bool = False) -> list[RecoveryPlan]:
+        """What ``recover(session_id, force=force)`` would append, session by session, from one
+        read snapshot; writes nothing (it runs on a read-only journal too)."""
+        with self._store.read() as db:
+            now = _log.now_ms()
+            if session_id is None:
+                targets = list(dict.fromkeys(t.session_id for t in open_turns_txn(db)))
+            else:
+                _log.next_seq_txn(db, session_id)  # SessionNotFound for an unknown id
+                targets = [session_id]
+            plans = []
+            for sid in targets:
+                holder = None if force else held_by_txn(db, sid, now)
+                repairs = () if holder is not None else tuple(plan(_log.read_events_txn(db, sid)))
+                plans.append(RecoveryPlan(sid, repairs, live_owner=holder))
+            return plans
+
+    def recover(
+        self,
+        session_id: str | None = None,
+        *,
+        policy: str = "close",
+        registry: ToolRegistry | None = None,
+        on_indeterminate: OperatorCallback | None = None,
+        force: bool = False,
+    ) -> list[RecoveryResult]:
+        """Close what a crash left open, by appending (never truncating).
+
+        With a tool ``registry``, effect-class recovery runs first (DESIGN §7(1)): idempotent
+        and queryable calls are finished for real, unsafe ones become indeterminate. Then the
+        close policy: with no ``session_id``, every session the scan names is recovered, each in
+        one transaction with the plan computed inside it, so concurrent recoverers produce one
+        repair.
+
+        A turn whose owner may still be driving it (another process of this host that is alive,
+        a process of another host, or a claim whose lease holds) is not a crash: its session is
+        left alone, and its result says who holds it (``live_owner``). ``force=True`` closes it
+        all the same. Turns opened by this process are closed (it is not driving them while it
+        recovers), as are turns opened by a plain append, which record no owner.
+        """
+        if policy != "close":
+            raise InvalidArgument("policy", f'only "close" is a recovery policy (use reconcile() to resume), not {policy!r}')
+        report = self.scan() if session_id is None or (registry is not None and not force) else None
+        if registry is not None:
+            held = set() if force or report is None else {t.session_id for t in report.open_turns if t.held}
+            if not held:
+                self._effects.recover_effects(registry, session_id=session_id, on_indeterminate=on_indeterminate)
+            else:
+                # Effect recovery may re-issue a call: never while the turn's owner may run it.
+                assert report is not None
+                pending = [session_id] if session_id is not None else [c.session_id for c in report.pending_calls]
+                for sid in dict.fromkeys(s for s in pending if s not in held):
+                    self._effects.recover_effects(registry, session_id=sid, on_indeterminate=on_indeterminate)
+        # Effect recovery closes no turn, so the scan taken before it still names the targets.
+        targets = [session_id] if session_id is not None else report.sessions if report is not None else []
+        return [self._recover_session(sid, force=force) for sid in targets]
+
+    def _recover_session(self, session_id: str, *, force: bool) -> RecoveryResult:
+        time_ms = _log.now_ms()
+        with self._store.write("recover") as db:
+            holder = None if force else held_by_txn(db, session_id, time_ms)
+            if holder is not None:
+                _log.next_seq_txn(db, session_id)  # SessionNotFound for an unknown id
+                return RecoveryResult(session_id, (), live_owner=holder)
+            appended = self.apply_plan_txn(db, session_id, time_ms)
+        return RecoveryResult(session_id, tuple(appended))
+
+    def apply_plan_txn(self, db: Database, session_id: str, time_ms: int) -> list[Event]:
+        """Plan the session's repairs from its log, inside the caller's transaction, and append them."""
+        appended: list[Event] = []
+        for repair in plan(_log.read_events_txn(db, session_id)):
+            if repair.type == "tool_result":
+                text = self._log.codec.encode("tool_result", repair.data)
+                outcome = put_result_txn(db, session_id, repair.data["tool_call_id"], text, time_ms)
+                if outcome.won:
+                    appended.append(outcome.event)
+            else:
+                appended.append(self._log.append_txn(db, session_id, repair.type, repair.data, time_ms))
+        return appended

@@ -1,4 +1,7 @@
-"""Dispatch and results: the dispatch barrier (G6) and first-write-wins results (G5).
+"""The results part: the dispatch barrier (G6) and first-write-wins results (G5).
+
+It owns the ``tool_calls`` table (whose rows the schema's triggers derive from the log; this part
+marks a call indeterminate, for effect-class recovery).
 
 ``dispatch`` commits the ``tool_call`` event before it returns, so the tool runs only after a
 durable record says it was handed over. ``put_result`` inserts the ``tool_result`` against the
@@ -15,12 +18,13 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from journal import log as _log
-from journal.errors import AlreadyDispatched, LeaseLost, NoOpenTurn, ResultExists, UnknownToolCall
-from journal.model import Event
+from journal.errors import AlreadyDispatched, LeaseLost, NoOpenTurn, ResultExists, SchemaViolation, UnknownToolCall
+from journal.log import Log
+from journal.model import CallState, Event
 from journal.store import Database, Store
-from journal.validate import Codec
 
 if TYPE_CHECKING:
+    from journal.engine import Journal
     from journal.turns import Turn
 
 
@@ -38,7 +42,7 @@ class PutResult:
 class Dispatch:
     """A committed dispatch: the ``tool_call`` event, and a way to record the call's result."""
 
-    journal: Any = attrs.field(repr=False)
+    journal: Journal = attrs.field(repr=False)
     event: Event
     outcome: PutResult | None = None
 
@@ -94,27 +98,109 @@ def _check_turn_txn(db: Database, session_id: str, requested_seq: int, turn: Tur
         "ORDER BY start_seq DESC LIMIT 1",
         (session_id, requested_seq),
     )
-    inside = row is not None and (row[1] is None or row[1] > requested_seq)
+    start_seq, end_seq, attempt = row if row is not None else (None, None, None)
+    inside = row is not None and (end_seq is None or end_seq > requested_seq)
     if not inside:
         # Outside a turn nothing would close the call after a crash (recovery closes turns):
         # scan, recover and the provider view could disagree about it, so it never starts.
         raise NoOpenTurn(session_id, "the call was requested outside a turn; dispatch calls inside an open turn")
     if turn is not None:
-        if row[0] != turn.start_seq:
+        if start_seq != turn.start_seq:
             raise LeaseLost(session_id, turn.attempt, "the call was not requested in this turn")
-        if row[2] != turn.attempt:
-            raise LeaseLost(session_id, turn.attempt, f"attempt {row[2]} holds the turn now")
-        if row[1] is not None:
-            raise LeaseLost(session_id, turn.attempt, f"the turn was closed at seq {row[1]}")
-    elif row[1] is not None:
-        raise NoOpenTurn(session_id, f"the turn that requested this call was closed at seq {row[1]}")
+        if attempt != turn.attempt:
+            raise LeaseLost(session_id, turn.attempt, f"attempt {attempt} holds the turn now")
+        if end_seq is not None:
+            raise LeaseLost(session_id, turn.attempt, f"the turn was closed at seq {end_seq}")
+    elif end_seq is not None:
+        raise NoOpenTurn(session_id, f"the turn that requested this call was closed at seq {end_seq}")
 
 
-class ResultsMixin:
-    """The dispatch and result calls of ``Journal``."""
+@attrs.frozen
+class CallRow:
+    """One row of ``tool_calls``: where a tool call stands, and what recovery needs of it."""
 
-    _store: Store
-    _codec: Codec
+    session_id: str
+    call_id: str
+    name: str | None
+    state: CallState
+    requested_seq: int | None
+    dispatch_seq: int | None
+    result_seq: int | None
+    effect: str | None
+    idempotency_key: str | None
+    request_id: str | None
+
+    COLUMNS = "session_id, call_id, name, state, requested_seq, dispatch_seq, result_seq, effect, idempotency_key, request_id"
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> CallRow:
+        return cls(row[0], row[1], row[2], CallState(row[3]), *row[4:])
+
+
+@attrs.frozen
+class PendingCall:
+    """A dispatched call without a result: it may have run."""
+
+    session_id: str
+    call_id: str
+    name: str | None
+    dispatch_seq: int
+    effect: str | None
+    idempotency_key: str | None
+    request_id: str | None
+
+    @classmethod
+    def from_call(cls, call: CallRow) -> PendingCall:
+        assert call.dispatch_seq is not None
+        return cls(call.session_id, call.call_id, call.name, call.dispatch_seq, call.effect, call.idempotency_key, call.request_id)
+
+
+def call_row_txn(db: Database, session_id: str, call_id: str) -> CallRow | None:
+    """The session's own ``tool_calls`` row of the call (not one inherited through a fork)."""
+    row = db.one(f"SELECT {CallRow.COLUMNS} FROM tool_calls WHERE session_id = ? AND call_id = ?", (session_id, call_id))
+    return None if row is None else CallRow.from_row(row)
+
+
+def calls_in_state_txn(db: Database, state: CallState) -> list[CallRow]:
+    """Every call in ``state`` (dispatched: may have run; indeterminate: awaiting an operator)."""
+    return [
+        CallRow.from_row(row)
+        for row in db.execute(
+            f"SELECT {CallRow.COLUMNS} FROM tool_calls WHERE state = ? ORDER BY session_id, dispatch_seq", (state.value,)
+        )
+    ]
+
+
+class Results:
+    """``dispatch`` and ``put_result``."""
+
+    def __init__(self, journal: Journal, store: Store, log: Log) -> None:
+        self._journal = journal  # what the handles call back into
+        self._store = store
+        self._log = log
+
+    def mark_indeterminate_txn(self, db: Database, session_id: str, call_id: str, result_seq: int) -> None:
+        """The call answered by the synthetic result at ``result_seq`` awaits an operator (G10):
+        a compare-and-set on that very result, refused unless it lands."""
+        db.execute(
+            "UPDATE tool_calls SET state = 'indeterminate' "
+            "WHERE session_id = ? AND call_id = ? AND result_seq = ? AND state = 'resolved'",
+            (session_id, call_id, result_seq),
+        )
+        row = call_row_txn(db, session_id, call_id)
+        if row is None or row.state is not CallState.INDETERMINATE:  # the triggers changed under us: roll back
+            state = None if row is None else row.state.value
+            raise SchemaViolation("effect_recovery", f"the call's state is {state!r} after its indeterminate result")
+
+    def forget_txn(self, db: Database, session_id: str) -> None:
+        """Delete the session's tool-call states (purge)."""
+        db.execute("DELETE FROM tool_calls WHERE session_id = ?", (session_id,))
+
+    def requested_call(self, session_id: str, call_id: str) -> dict[str, Any]:
+        """The ``{id, name, arguments}`` an assistant message of the session requested."""
+        with self._store.read() as db:
+            _log.next_seq_txn(db, session_id)  # SessionNotFound first
+            return requested_call_txn(db, session_id, call_id)
 
     def dispatch(
         self,
@@ -154,10 +240,10 @@ class ResultsMixin:
             for key, value in (("idempotency_key", idempotency_key), ("request_id", request_id), ("effect", effect)):
                 if value is not None:
                     data[key] = value
-            text = self._codec.encode("tool_call", data)
+            text = self._log.codec.encode("tool_call", data)
             seq = _log.next_seq_txn(db, session_id)
             _log.insert_txn(db, session_id, seq, "tool_call", text, time_ms, call_id=call_id)
-        return Dispatch(self, Event(session_id, seq, "tool_call", json.loads(text), time_ms))
+        return Dispatch(self._journal, Event(session_id, seq, "tool_call", json.loads(text), time_ms))
 
     def put_result(
         self,
@@ -182,7 +268,7 @@ class ResultsMixin:
             data["is_error"] = True
         if metadata is not None:
             data["metadata"] = metadata
-        text = self._codec.encode("tool_result", data)
+        text = self._log.codec.encode("tool_result", data)
         time_ms = _log.now_ms()
         with self._store.write("put_result") as db:
             outcome = put_result_txn(db, session_id, call_id, text, time_ms)

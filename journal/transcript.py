@@ -1,6 +1,6 @@
-"""The messages view on ``Journal``: a session's transcript, its provider view, compaction.
+"""The transcript part: a session's messages, its provider view, compaction.
 
-The folding itself is pure (``journal.view``); this module reads the log and appends the
+The folding itself is pure (``journal.pure.view``); this part reads the log and appends the
 replacing event of a compaction.
 """
 
@@ -10,18 +10,20 @@ from typing import Any
 
 from journal import log as _log
 from journal.errors import InvalidArgument, InvalidRange, UnansweredCalls
+from journal.log import Log
 from journal.model import Event
+from journal.pure.view import Message, ProviderView, fold, provider_view
 from journal.store import Store
-from journal.turns import append_txn
-from journal.view import Message, ProviderView, fold, provider_view
 
 _SUMMARY_TYPES = ("user_message", "system_message", "assistant_message")
 
 
-class TranscriptMixin:
-    """``messages``, ``provider_view`` and ``compact`` on ``Journal``."""
+class Transcript:
+    """``messages``, ``provider_view`` and ``compact``."""
 
-    _store: Store
+    def __init__(self, store: Store, log: Log) -> None:
+        self._store = store
+        self._log = log
 
     def messages(self, session_id: str, *, provider: bool = False) -> list[Message]:
         """The transcript a model should see: surface events folded, compactions applied.
@@ -29,7 +31,7 @@ class TranscriptMixin:
         With ``provider=True``, the messages of ``provider_view``; a call still without a result
         raises ``UnansweredCalls`` rather than being left out or invented."""
         if not provider:
-            return fold(self.events(session_id))  # type: ignore[attr-defined]
+            return fold(self._log.events(session_id))
         view = self.provider_view(session_id)
         if view.missing:
             raise UnansweredCalls(session_id, tuple(m.tool_call_id for m in view.missing))
@@ -39,7 +41,7 @@ class TranscriptMixin:
         """The transcript shaped for a provider request: each assistant's results right after it
         in call order, aborted and errored answers left out, and ``missing`` naming every call
         still without a result (run recovery first; nothing is invented)."""
-        return provider_view(self.events(session_id))  # type: ignore[attr-defined]
+        return provider_view(self._log.events(session_id))
 
     def compact(
         self, session_id: str, start: int, stop: int, summary: Any, *, type: str = "user_message", **fields: Any
@@ -55,4 +57,4 @@ class TranscriptMixin:
             if not valid or not 0 <= start <= stop < count:
                 raise InvalidRange(start, stop, count)
             data = {"content": summary, **fields, "surface_op": ["replace", start, stop]}
-            return append_txn(db, session_id, type, data, time_ms)
+            return self._log.append_txn(db, session_id, type, data, time_ms)

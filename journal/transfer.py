@@ -23,11 +23,11 @@ from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 from journal import log as _log
-from journal import store as _store
+from journal.codec import Codec, check_int
 from journal.engine import Journal
-from journal.errors import InvalidArgument, InvalidEvent, SessionExists
+from journal.errors import InvalidArgument, InvalidEvent
 from journal.escape import dumps
-from journal.validate import Codec, check_int
+from journal.store import SQLITE_HEADER
 
 _SESSION_KEYS = frozenset({"id", "meta", "created_ms"})
 _EVENT_KEYS = frozenset({"session_id", "seq", "type", "data", "time_ms"})
@@ -78,7 +78,7 @@ def _export_target(path: str, db: str) -> IO[str]:
         if any(os.path.samestat(info, other) for other in _journal_files(db)):
             raise InvalidArgument("export", f"{path} is the journal being read (or one of its files)")
         if stat.S_ISREG(info.st_mode):
-            if os.pread(fd, len(_store.SQLITE_HEADER), 0) == _store.SQLITE_HEADER:
+            if os.pread(fd, len(SQLITE_HEADER), 0) == SQLITE_HEADER:
                 raise InvalidArgument("export", f"{path} is an SQLite database; it is left untouched")
             os.ftruncate(fd, 0)
     except BaseException:
@@ -174,18 +174,7 @@ def _encoded(where: str, type_: Any, data: Any, codec: Codec) -> tuple[str, dict
 
 def _write(j: Journal, pending: _Pending) -> None:
     """The session row and all its events, in one transaction."""
-    with j._store.write("import") as db:
-        try:
-            db.execute(
-                "INSERT INTO sessions (id, meta, created_ms) VALUES (?, ?, ?)",
-                (pending.id, pending.meta, pending.created_ms),
-            )
-        except _store.ConstraintError as exc:
-            if exc.extendedresult in (_store.CONSTRAINT_PRIMARYKEY, _store.CONSTRAINT_UNIQUE):
-                raise SessionExists(pending.id) from exc
-            raise
-        for seq, type_, text, time_ms, call_id in pending.events:
-            _log.insert_txn(db, pending.id, seq, type_, text, time_ms, call_id=call_id)
+    j._import_session(pending.id, pending.meta, pending.created_ms, pending.events)
 
 
 def import_lines(j: Journal, lines: Iterable[str | bytes]) -> int:

@@ -1,14 +1,9 @@
-"""Turns, steps and the turn journal: the live loop of DESIGN §6.
+"""The turns part: turns, steps, the provider phase and stream chunks (DESIGN §6).
 
-Each call is one transaction. The turn journal row of a turn is derived from the log by the
-schema's triggers (so a ``turn_start`` written with plain ``append`` opens a turn too); the calls
-here add what the log cannot say (``provider_started`` and its stream key) and guard every write
-with a compare-and-set on the caller's attempt: a caller whose turn was taken over or closed
-(by recovery, or by the reconciler's new attempt) gets ``LeaseLost`` and writes nothing.
-
-A turn whose body raises is left open on purpose: it really did not finish, and recovery closes
-it honestly (``turn_end`` with reason ``interrupted``). A step whose body raises is closed with
-``outcome: "error"``, and the exception propagates.
+It owns the ``turn_journal`` (whose rows the schema's triggers derive from turn and step events;
+this part sets only who drives a turn, and the provider phase) and ``stream_chunks``. Ending a
+turn that a claim opened settles its submission in the same transaction, by a direct call on the
+queue part.
 """
 
 from __future__ import annotations
@@ -21,16 +16,83 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from journal import log as _log
+from journal.codec import check_int
 from journal.errors import InvalidArgument, LeaseLost, NoOpenTurn, OpenTurnError
+from journal.log import Log
 from journal.model import Event, Phase, StepOutcome, TurnEndReason
 from journal.owners import lease_owner
 from journal.store import Database, Store
-from journal.validate import Codec, check_int, encode_copy
 
 if TYPE_CHECKING:
+    from journal.engine import Journal
+    from journal.queue import Queue
     from journal.results import Dispatch, PutResult
 
-_JOURNAL_COLUMNS = "attempt, end_seq, phase, step_open, steps, turn, stream_key"
+TURN_COLUMNS = (
+    "session_id, start_seq, turn, phase, attempt, revision, checkpoint_seq, tool_request, "
+    "stream_key, steps, step_open, submission_id, end_seq, end_reason"
+)
+
+
+@attrs.frozen
+class TurnState:
+    """One row of the turn journal: how far a turn got."""
+
+    session_id: str
+    start_seq: int
+    turn: int | None
+    phase: Phase
+    attempt: int
+    revision: int
+    checkpoint_seq: int
+    tool_request: list[dict[str, Any]] | None = attrs.field(hash=False)
+    stream_key: str | None
+    steps: int
+    step_open: bool
+    submission_id: str | None
+    end_seq: int | None
+    end_reason: str | None
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> TurnState:
+        values = list(row)
+        values[3] = Phase(values[3])
+        values[7] = None if values[7] is None else json.loads(values[7])
+        values[10] = bool(values[10])
+        return cls(*values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+def turn_row_txn(db: Database, session_id: str, start_seq: int, *, open_only: bool = False) -> TurnState | None:
+    """The turn journal row of the turn started at ``start_seq`` (only if still open)."""
+    where = " AND end_seq IS NULL" if open_only else ""
+    row = db.one(
+        f"SELECT {TURN_COLUMNS} FROM turn_journal WHERE session_id = ? AND start_seq = ?{where}", (session_id, start_seq)
+    )
+    return None if row is None else TurnState.from_row(row)
+
+
+def open_turn_txn(db: Database, session_id: str) -> int | None:
+    """The start seq of the session's innermost open turn, or ``None``."""
+    return db.value(
+        "SELECT max(start_seq) FROM turn_journal INDEXED BY turn_journal_open WHERE session_id = ? AND end_seq IS NULL",
+        (session_id,),
+    )
+
+
+def last_turn_number_txn(db: Database, session_id: str) -> int:
+    """The number of the session's latest turn (0 if none), read through the fork chain."""
+    for owner, lo, hi in _log.chain_txn(db, session_id):
+        row = db.one(
+            "SELECT turn FROM turn_journal WHERE session_id = ? AND start_seq >= ? AND start_seq < ? "
+            "ORDER BY start_seq DESC LIMIT 1",
+            (owner, lo, hi if hi != float("inf") else 2**62),
+        )
+        if row is not None:
+            return row[0] or 0
+    return 0
 
 
 @attrs.define
@@ -41,7 +103,7 @@ class Turn:
     step, if any. The methods are the plain calls of ``Journal`` with this turn filled in.
     """
 
-    journal: Any = attrs.field(repr=False)
+    journal: Journal = attrs.field(repr=False)
     session_id: str
     start_seq: int
     turn: int
@@ -96,87 +158,114 @@ class Turn:
 
     @property
     def closed(self) -> bool:
-        """Whether this handle ended its turn (``complete``/``reject``)."""
+        """Whether this handle ended its turn (``complete``/``reject``, a claim's ``fail``)."""
         return self._closed
 
-
-def _turn_row_txn(db: Database, turn: Turn) -> tuple[Any, ...]:
-    """The turn's journal row, if the caller still holds it; raises ``LeaseLost`` otherwise."""
-    row = db.one(
-        f"SELECT {_JOURNAL_COLUMNS} FROM turn_journal WHERE session_id = ? AND start_seq = ?",
-        (turn.session_id, turn.start_seq),
-    )
-    if row is None:
-        raise LeaseLost(turn.session_id, turn.attempt, f"no turn started at seq {turn.start_seq}")
-    attempt, end_seq = row[0], row[1]
-    if attempt != turn.attempt:
-        raise LeaseLost(turn.session_id, turn.attempt, f"attempt {attempt} holds the turn now")
-    if end_seq is not None:
-        raise LeaseLost(turn.session_id, turn.attempt, f"the turn was closed at seq {end_seq}")
-    return row
+    def mark_closed(self) -> None:
+        self._closed = True
 
 
-def append_txn(db: Database, session_id: str, type_: str, data: dict[str, Any], time_ms: int) -> Event:
-    """Append one event inside the caller's transaction (the event is validated here)."""
-    text, copy = encode_copy(type_, data)
-    seq = _log.append_text_txn(db, session_id, type_, text, time_ms)
-    return Event(session_id, seq, type_, copy, time_ms)
+class Turns:
+    """The turn and step calls; ``turn_end`` settles a claimed turn's submission."""
 
+    def __init__(self, journal: Journal, store: Store, log: Log, queue: Queue) -> None:
+        self._journal = journal  # what the handles call back into
+        self._store = store
+        self._log = log
+        self._queue = queue
 
-def open_turn_txn(db: Database, session_id: str) -> int | None:
-    """The start seq of the session's innermost open turn, or ``None``."""
-    return db.value(
-        "SELECT max(start_seq) FROM turn_journal INDEXED BY turn_journal_open WHERE session_id = ? AND end_seq IS NULL",
-        (session_id,),
-    )
+    # -- what other parts call inside their transactions ---------------------------------------
 
-
-def last_turn_number_txn(db: Database, session_id: str) -> int:
-    """The number of the session's latest turn (0 if none), read through the fork chain."""
-    for owner, lo, hi in _log.chain_txn(db, session_id):
-        row = db.one(
-            "SELECT turn FROM turn_journal WHERE session_id = ? AND start_seq >= ? AND start_seq < ? "
-            "ORDER BY start_seq DESC LIMIT 1",
-            (owner, lo, hi if hi != float("inf") else 2**62),
+    def start_txn(
+        self, db: Database, session_id: str, time_ms: int, *, owner: str, submission_id: str | None = None, attempt: int = 1
+    ) -> Turn:
+        """Open a turn driven by ``owner`` inside the caller's transaction; turns do not nest."""
+        open_seq = open_turn_txn(db, session_id)
+        if open_seq is None:
+            _log.next_seq_txn(db, session_id)  # SessionNotFound before anything else
+        else:
+            raise OpenTurnError(open_seq, "turns do not nest: end (or recover) it first")
+        number = last_turn_number_txn(db, session_id) + 1
+        data: dict[str, Any] = {"turn": number}
+        if submission_id is not None:
+            data["submission_id"] = submission_id
+        event = self._log.append_txn(db, session_id, "turn_start", data, time_ms)
+        db.execute(
+            "UPDATE turn_journal SET attempt = ?, owner = ? WHERE session_id = ? AND start_seq = ?",
+            (attempt, owner, session_id, event.seq),
         )
-        if row is not None:
-            return row[0] or 0
-    return 0
+        return Turn(self._journal, session_id, event.seq, number, attempt=attempt, submission_id=submission_id)
 
+    def hand_over_txn(
+        self,
+        db: Database,
+        session_id: str,
+        start_seq: int,
+        *,
+        attempt: int,
+        owner: str | None = None,
+        submission_id: str | None = None,
+    ) -> None:
+        """Give an open turn to a new attempt, which fences every earlier one at once; a claim
+        taking it over names itself (owner, submission), the reconciler only fences."""
+        db.execute(
+            "UPDATE turn_journal SET attempt = ?, owner = coalesce(?, owner), submission_id = coalesce(?, submission_id), "
+            "revision = revision + 1 WHERE session_id = ? AND start_seq = ? AND end_seq IS NULL",
+            (attempt, owner, submission_id, session_id, start_seq),
+        )
 
-def start_turn_txn(
-    db: Database, session_id: str, time_ms: int, *, owner: str, submission_id: str | None = None, attempt: int = 1
-) -> tuple[Event, int]:
-    """Open a turn driven by ``owner`` inside the caller's transaction; turns do not nest."""
-    open_seq = open_turn_txn(db, session_id)
-    if open_seq is None:
-        _log.next_seq_txn(db, session_id)  # SessionNotFound before anything else
-    else:
-        raise OpenTurnError(open_seq, "turns do not nest: end (or recover) it first")
-    number = last_turn_number_txn(db, session_id) + 1
-    data: dict[str, Any] = {"turn": number}
-    if submission_id is not None:
-        data["submission_id"] = submission_id
-    event = append_txn(db, session_id, "turn_start", data, time_ms)
-    db.execute(
-        "UPDATE turn_journal SET attempt = ?, owner = ? WHERE session_id = ? AND start_seq = ?",
-        (attempt, owner, session_id, event.seq),
-    )
-    return event, number
+    def handle_txn(self, db: Database, session_id: str, start_seq: int, *, attempt: int, submission_id: str | None) -> Turn:
+        """A handle on an open turn taken over by a new attempt, with its open step if any."""
+        row = turn_row_txn(db, session_id, start_seq)
+        assert row is not None
+        return Turn(
+            self._journal,
+            session_id,
+            start_seq,
+            row.turn or 0,
+            attempt=attempt,
+            step_number=row.steps if row.step_open else None,
+            submission_id=submission_id,
+            stream_key=row.stream_key,
+        )
 
+    def close_txn(self, db: Database, session_id: str, start_seq: int, time_ms: int, *, reason: str, step_outcome: str) -> list[Event]:
+        """Close an open turn: its open step with ``step_outcome``, then the turn with ``reason``."""
+        row = turn_row_txn(db, session_id, start_seq, open_only=True)
+        if row is None:
+            return []
+        out = []
+        if row.step_open:
+            data = {"turn": row.turn, "step": row.steps, "outcome": step_outcome}
+            out.append(self._log.append_txn(db, session_id, "step_end", data, time_ms))
+        data = {"turn": row.turn, "steps": row.steps, "reason": reason}
+        out.append(self._log.append_txn(db, session_id, "turn_end", data, time_ms))
+        return out
 
-class TurnsMixin:
-    """The turn and step calls of ``Journal``."""
+    def unconsumed_chunks_txn(self, db: Database, stream_key: str) -> list[str]:
+        return [
+            content
+            for (content,) in db.execute(
+                "SELECT content FROM stream_chunks WHERE stream_key = ? AND consumed = 0 ORDER BY idx", (stream_key,)
+            )
+        ]
 
-    _store: Store
-    _codec: Codec
+    def consume_chunks_txn(self, db: Database, stream_key: str) -> None:
+        """Mark a stream's saved chunks as turned into an aborted answer (never twice)."""
+        db.execute("UPDATE stream_chunks SET consumed = 1 WHERE stream_key = ? AND consumed = 0", (stream_key,))
+
+    def forget_txn(self, db: Database, session_id: str) -> None:
+        """Delete the session's turn journal and chunks (purge)."""
+        db.execute("DELETE FROM turn_journal WHERE session_id = ?", (session_id,))
+        db.execute("DELETE FROM stream_chunks WHERE session_id = ?", (session_id,))
+
+    # -- the turn API --------------------------------------------------------------------------
 
     def turn_start(self, session_id: str) -> Turn:
         """Open a turn (``turn_start``, numbered from 1 by counting the log's turns)."""
         time_ms = _log.now_ms()
         with self._store.write("turn_start") as db:
-            event, number = start_turn_txn(db, session_id, time_ms, owner=lease_owner())
-        return Turn(self, session_id, event.seq, number)
+            return self.start_txn(db, session_id, time_ms, owner=lease_owner())
 
     @contextlib.contextmanager
     def turn(self, session_id: str) -> Iterator[Turn]:
@@ -187,15 +276,27 @@ class TurnsMixin:
         if not handle.closed:
             self.turn_end(handle, reason=TurnEndReason.COMPLETE.value)
 
+    def _held_txn(self, db: Database, turn: Turn) -> TurnState:
+        """The turn's journal row, if the caller still holds it; raises ``LeaseLost`` otherwise."""
+        row = turn_row_txn(db, turn.session_id, turn.start_seq)
+        if row is None:
+            raise LeaseLost(turn.session_id, turn.attempt, f"no turn started at seq {turn.start_seq}")
+        if row.attempt != turn.attempt:
+            raise LeaseLost(turn.session_id, turn.attempt, f"attempt {row.attempt} holds the turn now")
+        if row.end_seq is not None:
+            raise LeaseLost(turn.session_id, turn.attempt, f"the turn was closed at seq {row.end_seq}")
+        return row
+
     def step_start(self, turn: Turn) -> Event:
         """Open the next step of the turn."""
         time_ms = _log.now_ms()
         with self._store.write("step_start") as db:
-            row = _turn_row_txn(db, turn)
-            if row[3]:
-                raise OpenTurnError(turn.start_seq, f"step {row[4]} is still open: end it first")
-            event = append_txn(db, turn.session_id, "step_start", {"turn": turn.turn, "step": row[4] + 1}, time_ms)
-        turn.step_number = row[4] + 1
+            row = self._held_txn(db, turn)
+            if row.step_open:
+                raise OpenTurnError(turn.start_seq, f"step {row.steps} is still open: end it first")
+            data = {"turn": turn.turn, "step": row.steps + 1}
+            event = self._log.append_txn(db, turn.session_id, "step_start", data, time_ms)
+        turn.step_number = row.steps + 1
         return event
 
     def step_end(self, turn: Turn, *, outcome: str = "ok") -> Event:
@@ -205,12 +306,11 @@ class TurnsMixin:
             raise InvalidArgument("outcome", f'must be "ok" or "error", not {outcome!r}')
         time_ms = _log.now_ms()
         with self._store.write("step_end") as db:
-            row = _turn_row_txn(db, turn)
-            if not row[3]:
+            row = self._held_txn(db, turn)
+            if not row.step_open:
                 raise NoOpenTurn(turn.session_id, "step_end with no open step")
-            event = append_txn(
-                db, turn.session_id, "step_end", {"turn": turn.turn, "step": row[4], "outcome": outcome}, time_ms
-            )
+            data = {"turn": turn.turn, "step": row.steps, "outcome": outcome}
+            event = self._log.append_txn(db, turn.session_id, "step_end", data, time_ms)
         turn.step_number = None
         turn.stream_key = None
         return event
@@ -220,8 +320,8 @@ class TurnsMixin:
         if stream_key is not None and (not isinstance(stream_key, str) or not stream_key):
             raise InvalidArgument("stream_key", "must be a non-empty string")
         with self._store.write("provider_started") as db:
-            row = _turn_row_txn(db, turn)
-            if not row[3]:
+            row = self._held_txn(db, turn)
+            if not row.step_open:
                 raise NoOpenTurn(turn.session_id, "provider_started outside a step")
             db.execute(
                 "UPDATE turn_journal SET phase = 'provider_started', stream_key = ?, revision = revision + 1 "
@@ -230,7 +330,7 @@ class TurnsMixin:
                 (stream_key, turn.session_id, turn.start_seq, turn.attempt),
             )
             if db.changes() != 1:
-                raise InvalidArgument("phase", f"provider_started is not allowed in phase {row[2]!r}")
+                raise InvalidArgument("phase", f"provider_started is not allowed in phase {row.phase.value!r}")
         turn.stream_key = stream_key
 
     def record_assistant(self, turn: Turn, content: Any, **fields: Any) -> Event:
@@ -241,35 +341,35 @@ class TurnsMixin:
         data = {"content": content, **{k: v for k, v in fields.items() if v is not None}}
         # The classifier reads stop_reason; a caller that leaves it out gets the obvious one.
         data.setdefault("stop_reason", "tool_use" if data.get("tool_calls") else "stop")
-        text, copy = self._codec.encode_copy("assistant_message", data)
+        text, copy = self._log.codec.encode_copy("assistant_message", data)
         time_ms = _log.now_ms()
         with self._store.write("assistant") as db:
-            row = _turn_row_txn(db, turn)
-            if not row[3]:
+            row = self._held_txn(db, turn)
+            if not row.step_open:
                 raise NoOpenTurn(turn.session_id, "an assistant message outside a step")
-            if row[2] == Phase.TOOL_REQUEST_RECORDED.value:
+            if row.phase is Phase.TOOL_REQUEST_RECORDED:
                 raise InvalidArgument("phase", "this step already recorded a tool request; end the step first")
-            seq = _log.next_seq_txn(db, turn.session_id)
-            _log.insert_txn(db, turn.session_id, seq, "assistant_message", text, time_ms)
+            seq = _log.append_text_txn(db, turn.session_id, "assistant_message", text, time_ms)
         return Event(turn.session_id, seq, "assistant_message", copy, time_ms)
 
     def turn_end(self, turn: Turn, *, reason: str = "complete") -> Event:
         """Close the turn with reason ``complete`` or ``rejected`` (``interrupted`` belongs to
-        recovery). A step still open is an error: end it first."""
+        recovery); a claimed turn's submission is settled in the same transaction. A step still
+        open is an error: end it first."""
         if reason not in (TurnEndReason.COMPLETE.value, TurnEndReason.REJECTED.value):
             raise InvalidArgument(
                 "reason", f'must be "complete" or "rejected" ("interrupted" is written only by recovery), not {reason!r}'
             )
         time_ms = _log.now_ms()
         with self._store.write("turn_end") as db:
-            row = _turn_row_txn(db, turn)
-            if row[3]:
-                raise OpenTurnError(turn.start_seq, f"step {row[4]} is still open: end it first")
-            event = append_txn(
-                db, turn.session_id, "turn_end", {"turn": turn.turn, "steps": row[4], "reason": reason}, time_ms
-            )
-            self._settle_submission_txn(db, turn, reason, time_ms)
-        turn._closed = True
+            row = self._held_txn(db, turn)
+            if row.step_open:
+                raise OpenTurnError(turn.start_seq, f"step {row.steps} is still open: end it first")
+            data = {"turn": turn.turn, "steps": row.steps, "reason": reason}
+            event = self._log.append_txn(db, turn.session_id, "turn_end", data, time_ms)
+            if turn.submission_id is not None:
+                self._queue.settle_txn(db, turn, reason, time_ms)
+        turn.mark_closed()
         return event
 
     def save_chunk(self, session_id: str, stream_key: str, index: int, content: str) -> bool:
@@ -295,10 +395,7 @@ class TurnsMixin:
     def stream_chunks(self, stream_key: str) -> list[str]:
         """The saved segments of a stream, in index order."""
         with self._store.read() as db:
-            return [row[0] for row in db.execute("SELECT content FROM stream_chunks WHERE stream_key = ? ORDER BY idx", (stream_key,))]
-
-    def _settle_submission_txn(self, db: Database, turn: Turn, reason: str, time_ms: int) -> None:
-        """Hook for the submissions module: settle the turn's submission in the same transaction."""
+            return [c for (c,) in db.execute("SELECT content FROM stream_chunks WHERE stream_key = ? ORDER BY idx", (stream_key,))]
 
     def turn_state(self, session_id: str, start_seq: int | None = None) -> TurnState | None:
         """The turn journal row of a session's open turn (or of the turn started at
@@ -309,41 +406,4 @@ class TurnsMixin:
                 if start_seq is None:
                     _log.next_seq_txn(db, session_id)
                     return None
-            row = db.one(
-                "SELECT session_id, start_seq, turn, phase, attempt, revision, checkpoint_seq, tool_request, "
-                "stream_key, steps, step_open, submission_id, end_seq, end_reason "
-                "FROM turn_journal WHERE session_id = ? AND start_seq = ?",
-                (session_id, start_seq),
-            )
-        return None if row is None else TurnState.from_row(row)
-
-
-@attrs.frozen
-class TurnState:
-    """One row of the turn journal: how far a turn got."""
-
-    session_id: str
-    start_seq: int
-    turn: int | None
-    phase: Phase
-    attempt: int
-    revision: int
-    checkpoint_seq: int
-    tool_request: list[dict[str, Any]] | None = attrs.field(hash=False)
-    stream_key: str | None
-    steps: int
-    step_open: bool
-    submission_id: str | None
-    end_seq: int | None
-    end_reason: str | None
-
-    @classmethod
-    def from_row(cls, row: tuple[Any, ...]) -> TurnState:
-        values = list(row)
-        values[3] = Phase(values[3])
-        values[7] = None if values[7] is None else json.loads(values[7])
-        values[10] = bool(values[10])
-        return cls(*values)
-
-    def to_dict(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+            return turn_row_txn(db, session_id, start_seq)

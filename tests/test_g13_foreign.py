@@ -23,7 +23,8 @@ import apsw
 import pytest
 
 import journal
-from journal import _header, store
+from journal import store
+from journal.store import header as _header
 
 from .conftest import run_child
 

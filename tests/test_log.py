@@ -12,7 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import journal
-from journal import store, validate
+from journal import store
+from journal.codec import Codec
+from tests.strategies import json_values
 
 
 def test_generated_session_id_is_32_lowercase_hex(j: journal.Journal) -> None:
@@ -222,8 +224,8 @@ def test_an_append_after_any_write_of_this_journal_is_a_lone_insert(j: journal.J
     # next plain append needs no transaction around its INSERT (a performance property: G1-G4
     # hold on either path, and the schema refuses a wrong seq).
     lone: list[bool] = []
-    write_one = store.Store.write_one
-    monkeypatch.setattr(store.Store, "write_one", lambda self, *a, **k: lone.append(write_one(self, *a, **k)) or lone[-1])
+    write_one = store.SqliteStore.write_one
+    monkeypatch.setattr(store.SqliteStore, "write_one", lambda self, *a, **k: lone.append(write_one(self, *a, **k)) or lone[-1])
     j.create_session("s")
     j.append("s", "user_message", {"content": "first"})  # nothing known yet: reads the seq
     turn = j.turn_start("s")
@@ -236,16 +238,12 @@ def test_an_append_after_any_write_of_this_journal_is_a_lone_insert(j: journal.J
     assert j.check() == []
 
 
-_JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-    max_leaves=20,
-)
+_JSON = json_values(storable=True, max_leaves=20, max_size=4, max_key_size=8, max_text_size=None)
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.dictionaries(st.text(max_size=8), _JSON, max_size=5))
 def test_event_data_is_stored_as_the_standard_compact_json_and_returned_as_its_decoding(data) -> None:
-    text, copy = validate.encode_copy("x.any", data)
+    text, copy = Codec().encode_copy("x.any", data)
     assert text == json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     assert copy == json.loads(text) and copy is not data

@@ -16,10 +16,10 @@ import sys
 from typing import Any
 
 from journal import crash
+from journal.claims import Claim
 from journal.engine import Journal
-from journal.submissions import Claim
+from journal.pure.view import provider_view
 from journal.testing.ledger import Ledger
-from journal.view import provider_view
 
 
 def model(events: list[Any], submission_id: str) -> dict[str, Any]:

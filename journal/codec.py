@@ -1,4 +1,5 @@
-"""Event validation (DESIGN §5): everything is checked before anything is written (G12).
+"""The codec: event validation and encoding (DESIGN §5), the only way an event becomes stored
+text. Everything is checked before anything is written (G12), under the journal's own limits.
 
 The order is fixed: known type; ``data`` is a JSON object that encodes; size within the limit;
 required fields present with the right JSON types; ``surface_op`` only on surface events and
@@ -129,12 +130,13 @@ class Codec:
         self.max_event_bytes = max_event_bytes
 
     def encode(self, type_: object, data: object, *, index: int | None = None) -> str:
-        """``encode`` under this journal's limits."""
-        return encode_copy(type_, data, max_bytes=self.max_event_bytes, index=index)[0]
+        """Validate one event and return its data as compact JSON text; raise ``InvalidEvent``."""
+        return self.encode_copy(type_, data, index=index)[0]
 
     def encode_copy(self, type_: object, data: object, *, index: int | None = None) -> tuple[str, dict[str, Any]]:
-        """``encode_copy`` under this journal's limits."""
-        return encode_copy(type_, data, max_bytes=self.max_event_bytes, index=index)
+        """``encode``, and a copy of ``data`` equal to what decoding the text gives (tuples become
+        lists): the returned event's data, made during the validation walk instead of a decode."""
+        return _encode_copy(type_, data, self.max_event_bytes, index)
 
 
 def _to_text(value: dict[str, Any]) -> str:
@@ -148,18 +150,7 @@ def is_known_type(type_: object) -> bool:
     return isinstance(type_, str) and (type_ in _FIELDS or _APP_TYPE.fullmatch(type_) is not None)
 
 
-def encode(
-    type_: object, data: object, *, max_bytes: int = DEFAULT_MAX_EVENT_BYTES, index: int | None = None
-) -> str:
-    """Validate one event and return its data as compact JSON text; raise ``InvalidEvent``."""
-    return encode_copy(type_, data, max_bytes=max_bytes, index=index)[0]
-
-
-def encode_copy(
-    type_: object, data: object, *, max_bytes: int = DEFAULT_MAX_EVENT_BYTES, index: int | None = None
-) -> tuple[str, dict[str, Any]]:
-    """``encode``, and a copy of ``data`` equal to what decoding the text gives (tuples become
-    lists): the returned event's data, made during the validation walk instead of a decode."""
+def _encode_copy(type_: object, data: object, max_bytes: int, index: int | None) -> tuple[str, dict[str, Any]]:
     spec = _FIELDS.get(type_) if isinstance(type_, str) else None
     if spec is None and not is_known_type(type_):
         if isinstance(type_, str) and type_.startswith(APP_TYPE_PREFIX):

@@ -7,7 +7,7 @@ bytes on disk, before any connection exists; only then may SQLite touch the file
 
 The formats are SQLite's (https://sqlite.org/fileformat2.html): the database header, the b-tree
 header of page 1 (the root of the schema table), the rollback journal's header, and the WAL with
-its cumulative checksums. Nothing here imports apsw (only ``store.py`` does).
+its cumulative checksums. Nothing here imports apsw (only ``store/sqlite.py`` does).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
-"""The only module that talks to apsw: opening a file, pragmas, the schema, transactions, errors.
+"""The SQLite store: the only module that talks to apsw (opening, pragmas, the schema,
+transactions, errors).
 
 Everything above this module speaks the library's own types. A write is ``with store.write(op)
 as db:``: one ``BEGIN IMMEDIATE`` transaction, committed on exit. A read is ``with store.read()
 as db:``: one snapshot. Driver errors are translated here, by result code, into
-``journal.errors``. Whether a file is a journal is decided from its bytes (``journal._header``)
+``journal.errors``. Whether a file is a journal is decided from its bytes (``journal.store.header``)
 before SQLite may touch it (G13).
 """
 
@@ -21,7 +22,7 @@ from typing import Any
 
 import apsw
 
-from journal import _header, crash
+from journal import crash
 from journal.errors import (
     CorruptJournal,
     DiskFull,
@@ -34,7 +35,8 @@ from journal.errors import (
     SchemaTooNew,
     SchemaViolation,
 )
-from journal.model import Durability
+from journal.model import Durability, WriteOutcome
+from journal.store import header as _header
 
 APPLICATION_ID = 0x4A524E4C  # "JRNL"
 # 2: the derived-state triggers became one gate trigger and a view; the seq trigger one lookup.
@@ -43,11 +45,12 @@ SCHEMA_VERSION = 3
 SQLITE_HEADER = _header.SQLITE_HEADER
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
 
-# Extended result codes callers branch on (never the message text).
-CONSTRAINT_UNIQUE = apsw.SQLITE_CONSTRAINT_UNIQUE
-CONSTRAINT_PRIMARYKEY = apsw.SQLITE_CONSTRAINT_PRIMARYKEY
+# The extended result codes of a key conflict (never the message text).
+_KEY_CONFLICTS = (apsw.SQLITE_CONSTRAINT_UNIQUE, apsw.SQLITE_CONSTRAINT_PRIMARYKEY)
 
-ConstraintError = apsw.ConstraintError
+
+class UniqueViolation(SchemaViolation):
+    """A statement hit a unique or primary key: the first write won (callers re-read it)."""
 
 
 def schema_sql() -> str:
@@ -69,7 +72,7 @@ def schema_statements(kinds: tuple[str, ...]) -> list[str]:
     return out
 
 
-def _migrate_1(db: Database) -> None:
+def _migrate_1(db: SqliteDatabase) -> None:
     """Version 1 to 2: new triggers and view; the column only the old seq trigger read goes."""
     for kind, name in list(db.execute("SELECT type, name FROM sqlite_schema WHERE type IN ('trigger', 'view')")):
         db.execute(f'DROP {kind.upper()} "{name}"')
@@ -78,18 +81,18 @@ def _migrate_1(db: Database) -> None:
         db.execute(statement)
 
 
-def _migrate_2(db: Database) -> None:
+def _migrate_2(db: SqliteDatabase) -> None:
     """Version 2 to 3: the turn journal's owner column (NULL for the turns already there: their
     owner is unknown, and recovery treats them as before)."""
     db.execute("ALTER TABLE turn_journal ADD COLUMN owner TEXT")
 
 
 # Each migration takes a file from its version to the next, inside the opening transaction.
-MIGRATIONS: dict[int, Callable[[Database], None]] = {1: _migrate_1, 2: _migrate_2}
+MIGRATIONS: dict[int, Callable[[SqliteDatabase], None]] = {1: _migrate_1, 2: _migrate_2}
 
 
 def _translate(
-    exc: apsw.Error, operation: str, *, outcome: str, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+    exc: apsw.Error, operation: str, *, outcome: WriteOutcome, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
 ) -> JournalError:
     """A driver error as the library's error; ``outcome`` is what is known of the write."""
     if isinstance(exc, (apsw.BusyError, apsw.LockedError)):
@@ -103,8 +106,14 @@ def _translate(
     if isinstance(exc, apsw.ConnectionClosedError):
         return JournalClosed()
     if isinstance(exc, apsw.ConstraintError):
-        return SchemaViolation(operation, str(exc))
+        return _refused(exc, operation)
     return JournalIOError(operation, outcome, f"{type(exc).__name__}: {exc}")
+
+
+def _refused(exc: apsw.ConstraintError, operation: str) -> SchemaViolation:
+    """The schema's refusal of a statement; a key conflict says so by its type."""
+    kind = UniqueViolation if exc.extendedresult in _KEY_CONFLICTS else SchemaViolation
+    return kind(operation, str(exc))
 
 
 # What apsw raises when it cannot bind a value, before SQLite runs the statement: a string with a
@@ -129,7 +138,7 @@ def _close_quietly(conn: apsw.Connection) -> None:
         pass
 
 
-class Database:
+class SqliteDatabase:
     """A cursor-like handle given to the body of a read or a write.
 
     ``next_seqs`` collects, for each session this transaction appended to, the seq its next
@@ -143,10 +152,18 @@ class Database:
         self.next_seqs: dict[str, int] = {}
 
     def execute(self, sql: str, bindings: Any = None) -> apsw.Cursor:
-        return self._conn.execute(sql, bindings)
+        """Run one statement; the schema's refusal is a ``SchemaViolation`` (``UniqueViolation``
+        for a key conflict), raised before anything of the statement stays."""
+        try:
+            return self._conn.execute(sql, bindings)
+        except apsw.ConstraintError as exc:
+            raise _refused(exc, "the statement") from exc
 
     def executemany(self, sql: str, rows: Any) -> apsw.Cursor:
-        return self._conn.executemany(sql, rows)
+        try:
+            return self._conn.executemany(sql, rows)
+        except apsw.ConstraintError as exc:
+            raise _refused(exc, "the statement") from exc
 
     def one(self, sql: str, bindings: Any = None) -> tuple[Any, ...] | None:
         """The first row, or ``None``."""
@@ -170,7 +187,7 @@ class Database:
         return self._conn.in_transaction
 
 
-class Store:
+class SqliteStore:
     """One connection to one journal file, with the pragmas of DESIGN §4.
 
     Threads may share a store: a lock serialises transactions on the connection, so two threads
@@ -207,7 +224,7 @@ class Store:
             if isinstance(exc, apsw.Error):
                 # A pragma or a read of the header failed on the disk: a typed error, never a
                 # driver one (the schema's own transaction is translated by write()).
-                raise self._translate(exc, "open", outcome="absent") from exc
+                raise self._translate(exc, "open", outcome=WriteOutcome.ABSENT) from exc
             raise
 
     # -- opening -------------------------------------------------------------------------------
@@ -231,7 +248,7 @@ class Store:
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600)
             except OSError as exc:
-                raise JournalIOError("open", "absent", str(exc)) from exc
+                raise JournalIOError("open", WriteOutcome.ABSENT, str(exc)) from exc
             os.close(fd)
         elif verdict is _header.Verdict.EMPTY and self.readonly:
             raise NotAJournal(self.path, "an empty database (open it writable once to create it)")
@@ -242,7 +259,7 @@ class Store:
                 kwargs["vfs"] = vfs
             conn = apsw.Connection(self.path, **kwargs)
         except apsw.Error as exc:
-            raise self._translate(exc, "open", outcome="absent") from exc
+            raise self._translate(exc, "open", outcome=WriteOutcome.ABSENT) from exc
         if self.readonly and vfs is None:
             return self._readable(conn)
         return conn
@@ -252,7 +269,7 @@ class Store:
         try:
             identity = _header.identify(self.path, APPLICATION_ID)
         except OSError as exc:
-            raise JournalIOError("open", "absent", str(exc)) from exc
+            raise JournalIOError("open", WriteOutcome.ABSENT, str(exc)) from exc
         if identity.verdict is _header.Verdict.FOREIGN:
             raise NotAJournal(self.path, identity.reason)
         if identity.verdict is _header.Verdict.JOURNAL and identity.user_version > SCHEMA_VERSION:
@@ -267,7 +284,7 @@ class Store:
         except FileNotFoundError:
             return _header.Verdict.NEW
         except OSError as exc:
-            raise JournalIOError("open", "absent", str(exc)) from exc
+            raise JournalIOError("open", WriteOutcome.ABSENT, str(exc)) from exc
         if not header:
             return _header.Verdict.NEW
         # A power cut while a new file was being created can leave its first sector unwritten
@@ -301,7 +318,7 @@ class Store:
         if unreadable:
             raise JournalIOError(
                 "open",
-                "absent",
+                WriteOutcome.ABSENT,
                 f"cannot read {self.path}: its directory is not writable and its -wal holds commits "
                 "that may not be in the main file yet; copy the file with its -wal and -shm to a "
                 "writable place",
@@ -310,7 +327,7 @@ class Store:
         try:
             return apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
         except apsw.Error as exc:
-            raise self._translate(exc, "open", outcome="absent") from exc
+            raise self._translate(exc, "open", outcome=WriteOutcome.ABSENT) from exc
 
     def _configure(self, checkpoint_pages: int | None) -> None:
         conn = self._conn
@@ -322,7 +339,7 @@ class Store:
         except (apsw.NotADBError, apsw.CorruptError) as exc:
             raise NotAJournal(self.path, f"unreadable ({exc})") from exc
         except apsw.Error as exc:
-            raise self._translate(exc, "open", outcome="absent") from exc
+            raise self._translate(exc, "open", outcome=WriteOutcome.ABSENT) from exc
         if app_id != APPLICATION_ID and not (app_id == 0 and version == 0 and tables == 0):
             raise NotAJournal(self.path, "an SQLite database of another application")
         if app_id == APPLICATION_ID and version > SCHEMA_VERSION:
@@ -333,7 +350,7 @@ class Store:
             # Only now, with the file known to be ours (or empty), may anything write to it.
             mode = conn.pragma("journal_mode", "wal")
             if str(mode).lower() != "wal":
-                raise JournalIOError("open", "absent", f"could not enable WAL (got {mode!r})")
+                raise JournalIOError("open", WriteOutcome.ABSENT, f"could not enable WAL (got {mode!r})")
         conn.pragma("synchronous", "FULL" if self.durability is Durability.FULL else "NORMAL")
         conn.pragma("foreign_keys", True)
         conn.pragma("recursive_triggers", False)
@@ -384,15 +401,21 @@ class Store:
         try:
             self._conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
         except apsw.Error as exc:
-            raise self._translate(exc, "open", outcome="present") from exc
+            raise self._translate(exc, "open", outcome=WriteOutcome.PRESENT) from exc
 
     # -- transactions --------------------------------------------------------------------------
 
     @contextlib.contextmanager
     def write(
-        self, operation: str, *, present: Callable[[Database], bool] | None = None, synced: bool = False
-    ) -> Iterator[Database]:
-        """One ``BEGIN IMMEDIATE`` transaction, committed when the body returns.
+        self,
+        operation: str,
+        *,
+        present: Callable[[SqliteDatabase], bool] | None = None,
+        synced: bool = False,
+        commit: bool = True,
+    ) -> Iterator[SqliteDatabase]:
+        """One ``BEGIN IMMEDIATE`` transaction, committed when the body returns (rolled back
+        instead with ``commit=False``: a dry run sees its own writes, and nothing stays).
 
         If the body raises, the transaction is rolled back and the error propagates (a driver
         error translated, with outcome ``absent``). If COMMIT itself raises, the outcome is
@@ -413,9 +436,9 @@ class Store:
             except apsw.Error as exc:
                 if upgrade:
                     self._restore_synchronous()
-                raise self._translate(exc, operation, outcome="absent") from exc
+                raise self._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
             self._in_txn = True
-            db = Database(conn)
+            db = SqliteDatabase(conn)
             try:
                 try:
                     yield db
@@ -425,6 +448,9 @@ class Store:
                 except BaseException:
                     self._rollback()
                     raise
+                if not commit:
+                    self._rollback()
+                    return
                 if crash.armed():
                     crash.reached(f"{operation}.before_commit")
                 try:
@@ -437,14 +463,14 @@ class Store:
                 if crash.armed():
                     crash.reached(f"{operation}.after_commit")
             except apsw.Error as exc:
-                raise self._translate(exc, operation, outcome="absent") from exc
+                raise self._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
             finally:
                 self._in_txn = False
                 if upgrade:
                     self._restore_synchronous()
 
     def write_one(
-        self, operation: str, sql: str, bindings: Any, *, present: Callable[[Database], bool] | None = None
+        self, operation: str, sql: str, bindings: Any, *, present: Callable[[SqliteDatabase], bool] | None = None
     ) -> bool:
         """Run one statement as a transaction of its own; ``False`` if it did not run because
         another thread holds the connection or a crash point is armed (then use ``write``).
@@ -467,7 +493,7 @@ class Store:
             try:
                 conn.execute(sql, bindings)
             except apsw.ConstraintError as exc:  # checked before the commit: nothing was written
-                raise self._translate(exc, operation, outcome="absent") from exc
+                raise self._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
             except apsw.Error as exc:
                 self._rollback()
                 self.next_seqs.clear()
@@ -483,17 +509,17 @@ class Store:
             pass  # a failing disk; the next open sets it again
 
     def _commit_failed(
-        self, exc: apsw.Error, operation: str, present: Callable[[Database], bool] | None
+        self, exc: apsw.Error, operation: str, present: Callable[[SqliteDatabase], bool] | None
     ) -> JournalError:
-        outcome = "unknown"
+        outcome = WriteOutcome.UNKNOWN
         if present is not None:
             try:
                 with self.read() as db:
                     if present(db):
-                        outcome = "present"
+                        outcome = WriteOutcome.PRESENT
             except (apsw.Error, JournalError):
                 pass
-        if isinstance(exc, (apsw.BusyError, apsw.LockedError)) and outcome == "unknown":
+        if isinstance(exc, (apsw.BusyError, apsw.LockedError)) and outcome is WriteOutcome.UNKNOWN:
             # A busy COMMIT (a checkpoint wanting a lock) leaves the transaction open in
             # SQLite; we rolled it back, so nothing was written.
             return JournalBusy(self.busy_timeout_ms)
@@ -508,24 +534,24 @@ class Store:
             pass
 
     @contextlib.contextmanager
-    def read(self) -> Iterator[Database]:
+    def read(self) -> Iterator[SqliteDatabase]:
         """One read snapshot (a deferred transaction), or the caller's open write transaction."""
         with self._lock:
             conn = self._checked()
             if self._in_txn or conn.in_transaction:
-                yield Database(conn)
+                yield SqliteDatabase(conn)
                 return
             try:
                 conn.execute("BEGIN")
                 try:
-                    yield Database(conn)
+                    yield SqliteDatabase(conn)
                 except _UNBINDABLE as exc:
                     raise _unbindable(exc) from exc
                 finally:
                     if conn.in_transaction:
                         conn.execute("COMMIT")
             except apsw.Error as exc:
-                raise self._translate(exc, "read", outcome="absent") from exc
+                raise self._translate(exc, "read", outcome=WriteOutcome.ABSENT) from exc
 
     def _busy(self, prior_calls: int) -> bool:
         """SQLite's busy handler: wait for the write lock, up to the busy timeout.
@@ -542,7 +568,7 @@ class Store:
         time.sleep(min(0.00005 * 2 ** min(prior_calls, 6), 0.002) * (0.5 + random.random()))
         return True
 
-    def _translate(self, exc: apsw.Error, operation: str, *, outcome: str) -> JournalError:
+    def _translate(self, exc: apsw.Error, operation: str, *, outcome: WriteOutcome) -> JournalError:
         return _translate(exc, operation, outcome=outcome, busy_timeout_ms=self.busy_timeout_ms)
 
     def _checked(self) -> apsw.Connection:
@@ -562,7 +588,7 @@ class Store:
             try:
                 self._checked().wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
             except apsw.Error as exc:
-                raise self._translate(exc, "checkpoint", outcome="unknown") from exc
+                raise self._translate(exc, "checkpoint", outcome=WriteOutcome.UNKNOWN) from exc
 
     def close(self) -> None:
         """Close the connection. It is closed even if this raises: SQLite's closing checkpoint
@@ -574,7 +600,7 @@ class Store:
                 try:
                     conn.close()
                 except apsw.Error as exc:
-                    raise self._translate(exc, "close", outcome="present") from exc
+                    raise self._translate(exc, "close", outcome=WriteOutcome.PRESENT) from exc
 
     @property
     def closed(self) -> bool:

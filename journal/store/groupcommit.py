@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from journal.store import Database, Store
+from journal.store.base import Database, Store
 
 
 class Pending:

@@ -1,0 +1,34 @@
+"""The store: the only code that talks to a database driver (DESIGN §12).
+
+``SqliteStore`` (apsw) is today's backend; the parts see only the ``Store`` and ``Database``
+interfaces of ``journal.store.base``, and the library's own errors.
+"""
+
+from journal.store.base import Database, Store
+from journal.store.sqlite import (
+    APPLICATION_ID,
+    DEFAULT_BUSY_TIMEOUT_MS,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    SQLITE_HEADER,
+    SqliteDatabase,
+    SqliteStore,
+    UniqueViolation,
+    schema_sql,
+    schema_statements,
+)
+
+__all__ = [
+    "APPLICATION_ID",
+    "DEFAULT_BUSY_TIMEOUT_MS",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "SQLITE_HEADER",
+    "Database",
+    "SqliteDatabase",
+    "SqliteStore",
+    "Store",
+    "UniqueViolation",
+    "schema_sql",
+    "schema_statements",
+]

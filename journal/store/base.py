@@ -1,0 +1,56 @@
+"""What the parts need from a store: the interface a second backend (DESIGN §16) implements.
+
+A part never sees a driver: it runs SQL through a ``Database`` handle inside a transaction the
+``Store`` opens, and gets the library's own errors (a key conflict is ``UniqueViolation``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from journal.model import Durability
+
+
+class Database(Protocol):
+    """The handle a transaction's body gets."""
+
+    next_seqs: dict[str, int]  # the seq each session appended to gets next, once committed
+
+    def execute(self, sql: str, bindings: Any = None) -> Iterable[tuple[Any, ...]]: ...
+    def executemany(self, sql: str, rows: Any) -> Any: ...
+    def one(self, sql: str, bindings: Any = None) -> tuple[Any, ...] | None: ...
+    def value(self, sql: str, bindings: Any = None) -> Any: ...
+    def changes(self) -> int: ...
+
+    @property
+    def in_transaction(self) -> bool: ...
+
+
+class Store(Protocol):
+    """One connection to one journal: transactions, and the file's upkeep."""
+
+    path: str
+    durability: Durability
+    readonly: bool
+    next_seqs: dict[str, int]
+
+    def write(
+        self,
+        operation: str,
+        *,
+        present: Callable[[Database], bool] | None = None,
+        synced: bool = False,
+        commit: bool = True,
+    ) -> AbstractContextManager[Database]: ...
+    def write_one(
+        self, operation: str, sql: str, bindings: Any, *, present: Callable[[Database], bool] | None = None
+    ) -> bool: ...
+    def read(self) -> AbstractContextManager[Database]: ...
+    def integrity_check(self) -> list[str]: ...
+    def checkpoint(self) -> None: ...
+    def close(self) -> None: ...
+
+    @property
+    def closed(self) -> bool: ...
