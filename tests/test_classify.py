@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from journal.classify import (
+from journal.pure.classify import (
     Absent,
     AdvancedPastInput,
     Completed,
@@ -27,77 +28,31 @@ from journal.classify import (
     is_retryable_error,
 )
 from journal.model import Event, EventType, StopReason
+from tests import builders
+from tests.builders import raw, result, step_end, step_start, system, turn_start, usage, user
+from tests.strategies import any_items, bookkeeping_items, significant_items
 
 WINDOW = 200_000
 
 # --- building logs ------------------------------------------------------------------------
 
+# The shared builders in this suite's dialect: seq 0 is the submission's input, so a log starts
+# at seq 1; an assistant says "…"; every tool is "echo".
+log = partial(builders.log, first_seq=1, clock_ms=1000)
+call = partial(builders.call, name="echo")
+dispatch = partial(builders.dispatch, name="echo")
+assistant = partial(builders.assistant, "…")
+tool_use = partial(builders.tool_use, content="…", name="echo")
+error = partial(builders.error, content="…")
 
-def _log(*items: tuple[str, Any]) -> list[Event]:
-    """Events from ``(type, data)`` pairs; seqs start at 1 (seq 0 is the submission's input)."""
-    return [
-        Event(session_id="s", seq=seq, type=type_, data=data, time_ms=1_000 + seq)
-        for seq, (type_, data) in enumerate(items, start=1)
-    ]
-
-
-def user(content: str = "and another thing") -> tuple[str, Any]:
-    return ("user_message", {"content": content})
-
-
-def system(content: str = "be brief") -> tuple[str, Any]:
-    return ("system_message", {"content": content})
-
-
-def call(call_id: str, name: str = "echo") -> dict[str, Any]:
-    return {"id": call_id, "name": name, "arguments": {}}
-
-
-def assistant(
-    stop_reason: str,
-    *,
-    calls: tuple[str, ...] = (),
-    error: str | None = None,
-    usage: dict[str, Any] | None = None,
-) -> tuple[str, Any]:
-    data: dict[str, Any] = {"content": "…", "stop_reason": stop_reason}
-    if calls:
-        data["tool_calls"] = [call(call_id) for call_id in calls]
-    if error is not None:
-        data["error_message"] = error
-    if usage is not None:
-        data["usage"] = usage
-    return ("assistant_message", data)
-
-
-def tool_use(*call_ids: str) -> tuple[str, Any]:
-    return assistant("tool_use", calls=call_ids)
-
-
-def error(message: str | None) -> tuple[str, Any]:
-    return assistant("error", error=message)
-
-
-def result(call_id: str) -> tuple[str, Any]:
-    return ("tool_result", {"tool_call_id": call_id, "content": f"result of {call_id}"})
-
-
-def dispatch(call_id: str) -> tuple[str, Any]:
-    return ("tool_call", {"id": call_id, "name": "echo"})
-
-
-STOP = assistant("stop")
-ABORTED = assistant("aborted")
-INTERRUPTED = ("stream_interrupted", {})
-CONTINUED = ("stream_continued", {})
-TURN_START = ("turn_start", {"turn": 1})
-STEP_START = ("step_start", {"turn": 1, "step": 1})
-STEP_END = ("step_end", {"turn": 1, "step": 1, "outcome": "ok"})
-APP_NOTE = ("x.note", {"text": "an application's own event"})
-
-
-def usage(input: int, output: int, cache_read: int = 0) -> dict[str, int]:
-    return {"input": input, "output": output, "cache_read": cache_read}
+STOP = assistant(stop_reason="stop")
+ABORTED = assistant(stop_reason="aborted")
+INTERRUPTED = raw("stream_interrupted")
+CONTINUED = raw("stream_continued")
+TURN_START = turn_start()
+STEP_START = step_start()
+STEP_END = step_end()
+APP_NOTE = raw("x.note", text="an application's own event")
 
 
 def resume(mode: ResumeMode, at: int | None, errors: int = 0) -> Callable[[list[Event]], Resume]:
@@ -123,8 +78,14 @@ M = ResumeMode
 
 CASES = [
     # rule 2
-    pytest.param([STOP, user()], fixed(AdvancedPastInput()), id="r2_user_message_after_input_is_advanced_past_input"),
-    pytest.param([tool_use("a"), user()], fixed(AdvancedPastInput()), id="r2_user_message_wins_over_an_open_batch"),
+    pytest.param(
+        [STOP, user("and another thing")], fixed(AdvancedPastInput()),
+        id="r2_user_message_after_input_is_advanced_past_input",
+    ),
+    pytest.param(
+        [tool_use("a"), user("and another thing")], fixed(AdvancedPastInput()),
+        id="r2_user_message_wins_over_an_open_batch",
+    ),
     # rule 3
     pytest.param([], resume(M.INPUT_ONLY, None), id="r3_nothing_after_input_resumes_input_only"),
     pytest.param(
@@ -133,29 +94,29 @@ CASES = [
     ),
     # rule 4 (before overflow: finished work is settled, overflow only flagged)
     pytest.param([STOP], completed(0, overflow=False), id="r4_stop_is_completed"),
-    pytest.param([assistant("length")], completed(0, overflow=False), id="r4_length_is_completed"),
+    pytest.param([assistant(stop_reason="length")], completed(0, overflow=False), id="r4_length_is_completed"),
     pytest.param(
         [tool_use("a"), result("a"), STEP_END, STOP], completed(3, overflow=False),
         id="r4_stop_after_a_batch_is_completed",
     ),
     pytest.param(
-        [assistant("stop", usage=usage(190_000, 10, 10_001))], completed(0, overflow=True),
+        [assistant(stop_reason="stop", usage=usage(190_000, 10, 10_001))], completed(0, overflow=True),
         id="r4_stop_over_the_window_is_completed_with_silent_overflow",
     ),
     pytest.param(
-        [assistant("stop", usage=usage(190_000, 10, 10_000))], completed(0, overflow=False),
+        [assistant(stop_reason="stop", usage=usage(190_000, 10, 10_000))], completed(0, overflow=False),
         id="r4_stop_exactly_at_the_window_is_no_overflow",
     ),
     pytest.param(
-        [assistant("length", usage=usage(198_000, 0))], completed(0, overflow=True),
+        [assistant(stop_reason="length", usage=usage(198_000, 0))], completed(0, overflow=True),
         id="r4_length_with_no_output_at_99_percent_is_silent_overflow",
     ),
     pytest.param(
-        [assistant("length", usage=usage(197_999, 0))], completed(0, overflow=False),
+        [assistant(stop_reason="length", usage=usage(197_999, 0))], completed(0, overflow=False),
         id="r4_length_below_99_percent_is_no_overflow",
     ),
     pytest.param(
-        [assistant("length", usage=usage(199_000, 1))], completed(0, overflow=False),
+        [assistant(stop_reason="length", usage=usage(199_000, 1))], completed(0, overflow=False),
         id="r4_length_with_output_is_no_overflow",
     ),
     # rule 5
@@ -278,7 +239,9 @@ CASES = [
         [error(None)], fixed(TerminalError("error")),
         id="r10_error_without_message_is_terminal_with_stop_reason",
     ),
-    pytest.param([assistant("refusal")], fixed(TerminalError("refusal")), id="r10_unknown_stop_reason_is_terminal"),
+    pytest.param(
+        [assistant(stop_reason="refusal")], fixed(TerminalError("refusal")), id="r10_unknown_stop_reason_is_terminal"
+    ),
     pytest.param(
         [("assistant_message", {"content": "?"})], fixed(TerminalError("unknown")),
         id="r10_missing_stop_reason_is_terminal_unknown",
@@ -288,7 +251,7 @@ CASES = [
 
 @pytest.mark.parametrize(("items", "expected"), CASES)
 def test_classify_submission_state(items: list[tuple[str, Any]], expected: Callable) -> None:
-    events = _log(*items)
+    events = log(*items)
     assert classify_submission_state(events, context_window=WINDOW) == expected(events)
 
 
@@ -297,7 +260,7 @@ def test_r1_missing_input_event_is_absent() -> None:
 
 
 def test_every_rule_state_and_mode_is_covered_by_the_table() -> None:
-    states = [p.values[1](_log(*p.values[0])) for p in CASES]
+    states = [p.values[1](log(*p.values[0])) for p in CASES]
     kinds = {state.kind for state in states} | {Absent.kind}
     assert kinds == {"absent", "advanced_past_input", "completed", "tool_use_unresolved", "terminal_error", "resume"}
     assert {state.mode for state in states if isinstance(state, Resume)} == set(ResumeMode)
@@ -306,7 +269,7 @@ def test_every_rule_state_and_mode_is_covered_by_the_table() -> None:
 
 def test_resume_carries_no_assistant_only_for_input_only() -> None:
     for param in CASES:
-        state = param.values[1](_log(*param.values[0]))
+        state = param.values[1](log(*param.values[0]))
         if isinstance(state, Resume):
             assert (state.assistant is None) == (state.mode is ResumeMode.INPUT_ONLY)
 
@@ -331,7 +294,7 @@ def test_each_state_names_its_kind_on_the_class(cls: type, kind: str) -> None:
 
 
 def test_state_to_dict_starts_with_kind_and_flattens_events_and_modes() -> None:
-    [event] = _log(ABORTED)
+    [event] = log(ABORTED)
     assert Resume(ResumeMode.ABORTED_PARTIAL, event, 2).to_dict() == {
         "kind": "resume",
         "mode": "aborted_partial",
@@ -356,7 +319,7 @@ def test_resume_mode_values_are_the_vocabulary() -> None:
 
 
 def test_states_are_hashable_although_events_hold_dicts() -> None:
-    [event] = _log(STOP)
+    [event] = log(STOP)
     assert len({Completed(event, False), Completed(event, False), Absent()}) == 2
 
 
@@ -410,12 +373,12 @@ def test_states_are_hashable_although_events_hold_dicts() -> None:
             id="results_after_a_non_tool_use_assistant_are_none",
         ),
         pytest.param([STOP], None, (), id="stopped_assistant_is_none"),
-        pytest.param([assistant("tool_use")], None, (), id="tool_use_without_calls_is_none"),
+        pytest.param([assistant(stop_reason="tool_use")], None, (), id="tool_use_without_calls_is_none"),
         pytest.param([], None, (), id="empty_slice_is_none"),
     ],
 )
 def test_find_trailing_partial_tool_batch(items: list, at: int | None, call_ids: tuple[str, ...]) -> None:
-    events = _log(*items)
+    events = log(*items)
     batch = find_trailing_partial_tool_batch(events)
     if at is None:
         assert batch is None
@@ -466,7 +429,7 @@ def test_find_trailing_partial_tool_batch_of_none_is_none() -> None:
 )
 def test_is_retryable_error_on_messages(message: str, retryable: bool) -> None:
     assert is_retryable_error(message) is retryable
-    [event] = _log(error(message))
+    [event] = log(error(message))
     assert is_retryable_error(event) is retryable
 
 
@@ -499,7 +462,7 @@ TRANSIENT_THAT_READS_LIKE_AN_OVERFLOW = [
 
 @pytest.mark.parametrize("message", TRANSIENT_THAT_READS_LIKE_AN_OVERFLOW)
 def test_a_transient_failure_that_reads_like_an_overflow_is_a_transient_retry(message: str) -> None:
-    [event] = _log(error(message))
+    [event] = log(error(message))
     assert not is_context_overflow(event, context_window=WINDOW)
     assert is_retryable_error(message)
     assert classify_submission_state([event], context_window=WINDOW) == Resume(M.TRANSIENT_RETRY, event, 1)
@@ -528,15 +491,15 @@ STILL_AN_OVERFLOW = [
 
 @pytest.mark.parametrize("message", STILL_AN_OVERFLOW)
 def test_an_overflow_without_a_transient_wording_stays_an_overflow(message: str) -> None:
-    [event] = _log(error(message))
+    [event] = log(error(message))
     assert is_context_overflow(event, context_window=WINDOW)
     assert not is_retryable_error(message)
     assert classify_submission_state([event], context_window=WINDOW) == Resume(M.OVERFLOW, event, 0)
 
 
 def test_only_an_error_assistant_is_a_retryable_error() -> None:
-    aborted_by_timeout = _log(assistant("aborted", error="request timed out"))[0]
-    result_event = _log(("tool_result", {"tool_call_id": "a", "error_message": "timed out"}))[0]
+    aborted_by_timeout = log(assistant(stop_reason="aborted", error_message="request timed out"))[0]
+    result_event = log(("tool_result", {"tool_call_id": "a", "error_message": "timed out"}))[0]
     assert not is_retryable_error(aborted_by_timeout)
     assert not is_retryable_error(result_event)
     assert not is_retryable_error(None)  # type: ignore[arg-type]
@@ -551,27 +514,34 @@ def test_only_an_error_assistant_is_a_retryable_error() -> None:
         pytest.param(error("Too many tokens in the request"), WINDOW, True, id="too_many_tokens"),
         pytest.param(error("context length exceeded"), WINDOW, True, id="context_length_exceeded_prose"),
         pytest.param(error("overloaded"), WINDOW, False, id="retryable_error_is_not_overflow"),
-        pytest.param(assistant("aborted", error="prompt is too long"), WINDOW, False, id="aborted_is_never_overflow"),
-        pytest.param(assistant("stop", usage=usage(200_001, 5)), WINDOW, True, id="stop_over_window_by_input"),
         pytest.param(
-            assistant("stop", usage={"input": 200_001.0, "output": 5}), WINDOW, True,
+            assistant(stop_reason="aborted", error_message="prompt is too long"), WINDOW, False,
+            id="aborted_is_never_overflow",
+        ),
+        pytest.param(
+            assistant(stop_reason="stop", usage=usage(200_001, 5)), WINDOW, True, id="stop_over_window_by_input"
+        ),
+        pytest.param(
+            assistant(stop_reason="stop", usage={"input": 200_001.0, "output": 5}), WINDOW, True,
             id="integral_float_counts",
         ),
         pytest.param(
-            assistant("stop", usage={"input": 150_000}), WINDOW, False,
+            assistant(stop_reason="stop", usage={"input": 150_000}), WINDOW, False,
             id="missing_cache_read_counts_as_zero",
         ),
         pytest.param(
-            assistant("length", usage={"input": 199_000}), WINDOW, False,
+            assistant(stop_reason="length", usage={"input": 199_000}), WINDOW, False,
             id="length_without_output_is_unknown",
         ),
-        pytest.param(assistant("stop"), WINDOW, False, id="missing_usage"),
-        pytest.param(assistant("stop", usage=usage(10, 5)), 0, False, id="no_window_no_silent_overflow"),
-        pytest.param(assistant("stop", usage=usage(10**400, 5)), 10**399, True, id="huge_counts_stay_exact"),
+        pytest.param(assistant(stop_reason="stop"), WINDOW, False, id="missing_usage"),
+        pytest.param(assistant(stop_reason="stop", usage=usage(10, 5)), 0, False, id="no_window_no_silent_overflow"),
+        pytest.param(
+            assistant(stop_reason="stop", usage=usage(10**400, 5)), 10**399, True, id="huge_counts_stay_exact"
+        ),
     ],
 )
 def test_is_context_overflow(item: tuple[str, Any], window: int, overflow: bool) -> None:
-    [event] = _log(item)
+    [event] = log(item)
     assert is_context_overflow(event, context_window=window) is overflow
 
 
@@ -585,14 +555,14 @@ def test_is_context_overflow(item: tuple[str, Any], window: int, overflow: bool)
             [error("overloaded"), error("invalid api key"), error("timeout")], 1,
             id="stops_at_non_retryable_error",
         ),
-        pytest.param([error("overloaded"), user(), error("timeout")], 1, id="stops_at_user_message"),
+        pytest.param([error("overloaded"), user("and another thing"), error("timeout")], 1, id="stops_at_user_message"),
         pytest.param([error("overloaded"), STEP_END, INTERRUPTED, error("timeout")], 2, id="passes_over_other_events"),
         pytest.param([error("overloaded"), STOP], 0, id="ends_with_a_good_answer"),
         pytest.param([error("overloaded"), error("prompt is too long")], 0, id="stops_at_an_overflow"),
     ],
 )
 def test_count_consecutive_retryable_errors(items: list, count: int) -> None:
-    assert count_consecutive_retryable_errors(_log(*items)) == count
+    assert count_consecutive_retryable_errors(log(*items)) == count
 
 
 def test_count_consecutive_retryable_errors_of_none_is_zero() -> None:
@@ -639,7 +609,7 @@ GARBAGE = [
 
 @pytest.mark.parametrize("items", GARBAGE)
 def test_garbage_events_classify_without_raising(items: list) -> None:
-    events = _log(*items)
+    events = log(*items)
     state = classify_submission_state(events, context_window=WINDOW)
     assert state == classify_submission_state(events, context_window=WINDOW)
     assert not isinstance(state, Pending)
@@ -648,13 +618,13 @@ def test_garbage_events_classify_without_raising(items: list) -> None:
 
 
 def test_enum_members_in_data_read_as_their_values() -> None:
-    events = _log(("assistant_message", {"content": "", "stop_reason": StopReason.STOP}))
+    events = log(("assistant_message", {"content": "", "stop_reason": StopReason.STOP}))
     events = [Event(e.session_id, e.seq, EventType.ASSISTANT_MESSAGE, e.data, e.time_ms) for e in events]
     assert classify_submission_state(events, context_window=WINDOW) == Completed(events[0], False)
 
 
 def test_any_iterable_of_events_is_accepted() -> None:
-    events = _log(tool_use("a"), result("a"))
+    events = log(tool_use("a"), result("a"))
     assert classify_submission_state(tuple(events), context_window=WINDOW) == Resume(
         ResumeMode.TOOL_RESULTS, events[0], 0
     )
@@ -662,74 +632,13 @@ def test_any_iterable_of_events_is_accepted() -> None:
 
 # --- properties ---------------------------------------------------------------------------
 
-_CALL_IDS = st.sampled_from(["a", "b", "c"])
-_MESSAGES = st.sampled_from(
-    [
-        "overloaded",
-        "HTTP 503",
-        "215000 tokens",
-        "prompt is too long",
-        "invalid api key",
-        "request timed out",
-        "",
-    ]
-)
-_JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
-    max_leaves=8,
-)
-_COUNTS = st.integers(0, 300_000) | _JSON
-_USAGE = st.fixed_dictionaries({}, optional={"input": _COUNTS, "output": _COUNTS, "cache_read": _COUNTS}) | _JSON
-_CALL = st.fixed_dictionaries({"id": _CALL_IDS | _JSON, "name": st.just("echo")}) | _JSON
-_ASSISTANT_DATA = st.fixed_dictionaries(
-    {"content": st.just("…")},
-    optional={
-        "stop_reason": st.sampled_from([r.value for r in StopReason]) | _JSON,
-        "tool_calls": st.lists(_CALL, max_size=3) | _JSON,
-        "error_message": _MESSAGES | _JSON,
-        "usage": _USAGE,
-    },
-)
-_RESULT_DATA = st.fixed_dictionaries({"tool_call_id": _CALL_IDS | _JSON, "content": st.just("ok")})
-_SIGNIFICANT_EVENT = st.one_of(
-    st.tuples(st.just("assistant_message"), _ASSISTANT_DATA | _JSON),
-    st.tuples(st.just("tool_result"), _RESULT_DATA | _JSON),
-    st.tuples(st.sampled_from(["user_message", "system_message"]), st.just({"content": "hi"})),
-    st.tuples(st.sampled_from(["stream_interrupted", "stream_continued", "submission_interrupted"]), st.just({})),
-)
-_BOOKKEEPING_EVENT = st.tuples(
-    st.sampled_from(
-        [
-            "turn_start",
-            "turn_end",
-            "step_start",
-            "step_end",
-            "tool_call",
-            "tool_result_late",
-            "operator_resolution",
-            "x.note",
-            "unknown",
-        ]
-    ),
-    _JSON,
-)
-_ANY_EVENT = st.one_of(
-    _SIGNIFICANT_EVENT,
-    _BOOKKEEPING_EVENT,
-    st.tuples(st.sampled_from([t.value for t in EventType]) | _JSON, _JSON),
-)
 _WINDOWS = st.integers(-5, 400_000) | st.integers()
 
 
-def _events(items: list[tuple[Any, Any]]) -> list[Event]:
-    return _log(*items)
-
-
 @settings(max_examples=200, deadline=None)
-@given(items=st.lists(_ANY_EVENT, max_size=10), window=_WINDOWS)
+@given(items=st.lists(any_items, max_size=10), window=_WINDOWS)
 def test_classifier_never_raises_and_is_deterministic(items: list, window: int) -> None:
-    events = _events(items)
+    events = log(*items)
     state = classify_submission_state(events, context_window=window)
     assert state == classify_submission_state(list(events), context_window=window)
     assert isinstance(state, (AdvancedPastInput, Completed, ToolUseUnresolved, TerminalError, Resume))
@@ -742,9 +651,9 @@ def test_classifier_never_raises_and_is_deterministic(items: list, window: int) 
 
 
 @settings(max_examples=150, deadline=None)
-@given(items=st.lists(_ANY_EVENT, max_size=10))
+@given(items=st.lists(any_items, max_size=10))
 def test_find_trailing_partial_tool_batch_never_raises_and_names_an_owed_call(items: list) -> None:
-    events = _events(items)
+    events = log(*items)
     batch = find_trailing_partial_tool_batch(events)
     assert batch == find_trailing_partial_tool_batch(events)
     if batch is not None:
@@ -757,11 +666,11 @@ def test_find_trailing_partial_tool_batch_never_raises_and_names_an_owed_call(it
 
 @settings(max_examples=150, deadline=None)
 @given(
-    significant=st.lists(_SIGNIFICANT_EVENT, max_size=8),
-    bookkeeping=st.lists(st.tuples(st.integers(0, 8), _BOOKKEEPING_EVENT), max_size=6),
+    significant=st.lists(significant_items, max_size=8),
+    bookkeeping=st.lists(st.tuples(st.integers(0, 8), bookkeeping_items), max_size=6),
 )
 def test_bookkeeping_events_never_change_the_classification(significant: list, bookkeeping: list) -> None:
-    events = _events(significant)
+    events = log(*significant)
     mixed: list[Event] = list(events)
     for position, (type_, data) in bookkeeping:
         mixed.insert(min(position, len(mixed)), Event("s", 0, type_, data, 0))

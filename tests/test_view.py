@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from journal.model import SURFACE_TYPES, Event
-from journal.view import (
+from journal.pure.view import (
     Message,
     MissingResult,
     fold,
@@ -18,63 +19,46 @@ from journal.view import (
     to_anthropic,
     to_openai,
 )
+from tests import builders
+from tests.builders import (
+    HUGE,
+    arguments_naming,
+    dispatch,
+    raw,
+    replace,
+    result,
+    step_end,
+    step_start,
+    synthetic_metadata,
+    system,
+    turn_end,
+    turn_start,
+    user,
+)
+from tests.strategies import compaction_logs, conversations
 
-HUGE = 10**12
-
-
-def _log(*items: tuple[str, dict[str, Any]]) -> list[Event]:
-    """Events with seq equal to their index, as the journal stores them."""
-    return [Event("s", seq, kind, data, 1000 + seq) for seq, (kind, data) in enumerate(items)]
-
-
-def system(content: Any, **extra: Any) -> tuple[str, dict[str, Any]]:
-    return ("system_message", {"content": content, **extra})
-
-
-def user(content: Any, **extra: Any) -> tuple[str, dict[str, Any]]:
-    return ("user_message", {"content": content, **extra})
-
-
-def asst(content: Any, *calls: str, **extra: Any) -> tuple[str, dict[str, Any]]:
-    data: dict[str, Any] = {"content": content, **extra}
-    if calls:
-        data["tool_calls"] = [{"id": c, "name": f"tool_{c}", "arguments": {"n": c}} for c in calls]
-        data.setdefault("stop_reason", "tool_use")
-    return ("assistant_message", data)
-
-
-def result(call_id: str, content: Any, **extra: Any) -> tuple[str, dict[str, Any]]:
-    return ("tool_result", {"tool_call_id": call_id, "content": content, **extra})
-
-
-def replace(start: int, stop: int, content: str = "S", kind: str = "user_message"):
-    return (kind, {"content": content, "surface_op": ["replace", start, stop]})
-
-
-def book(kind: str, **data: Any) -> tuple[str, dict[str, Any]]:
-    return (kind, data)
-
-
-def _synthetic(risk: str) -> dict[str, Any]:
-    return {"synthetic": True, "risk": risk, "source": "recovery"}
+# The shared builders in this suite's dialect: times count from 1000 ms, and each call's
+# arguments name it.
+log = partial(builders.log, clock_ms=1000)
+assistant = partial(builders.assistant, call_arguments=arguments_naming)
 
 
 # --- the fold -------------------------------------------------------------------------------
 
 FOLD_CASES = [
     pytest.param(
-        [system("sys"), user("u1"), asst("a1"), user("u2"), asst("a2"), replace(1, 3), user("u3")],
+        [system("sys"), user("u1"), assistant("a1"), user("u2"), assistant("a2"), replace(1, 3), user("u3")],
         ["sys", "S", "a2", "u3"],
         id="summary_over_a_range_hides_it_and_keeps_later_events",
     ),
     pytest.param(
-        [system("sys"), user("u1"), asst("a1"), replace(1, HUGE), user("u2"), asst("a2")],
+        [system("sys"), user("u1"), assistant("a1"), replace(1, HUGE), user("u2"), assistant("a2")],
         ["sys", "S", "u2", "a2"],
         id="greedy_range_past_the_end_does_not_swallow_later_appends",
     ),
     pytest.param(
         [
-            system("sys"), user("u1"), asst("a1"), user("u2"), asst("a2"),
+            system("sys"), user("u1"), assistant("a1"), user("u2"), assistant("a2"),
             replace(1, 2, "S1"), replace(2, 3, "S2"), user("u3"),
         ],
         ["sys", "S1", "S2", "u3"],
@@ -82,31 +66,31 @@ FOLD_CASES = [
     ),
     pytest.param(
         [
-            system("sys"), user("u1"), asst("a1-long"), user("u2"),
-            replace(2, 2, "a1-pruned", kind="assistant_message"), replace(1, 2, "S"),
+            system("sys"), user("u1"), assistant("a1-long"), user("u2"),
+            replace(2, 2, "a1-pruned", type_="assistant_message"), replace(1, 2, "S"),
         ],
         ["sys", "S", "u2"],
         id="in_place_prune_then_summary_covering_it_folds_by_position_not_seq",
     ),
     pytest.param(
         [
-            system("sys"), user("u1"), asst("a1"), user("u2"), asst("a2"),
-            replace(1, 2, "S1"), user("u3"), replace(1, 3, "S2"), asst("a3"),
+            system("sys"), user("u1"), assistant("a1"), user("u2"), assistant("a2"),
+            replace(1, 2, "S1"), user("u3"), replace(1, 3, "S2"), assistant("a3"),
         ],
         ["sys", "S2", "u3", "a3"],
         id="second_summary_over_a_wider_range_hides_the_first",
     ),
     pytest.param(
-        [user("u1"), asst(""), asst(None), user("u2")],
+        [user("u1"), assistant(""), assistant(None), user("u2")],
         ["u1", "", None, "u2"],
         id="empty_assistant_message_still_folds",
     ),
     pytest.param(
         [
-            book("turn_start", turn=1), user("u1"), book("step_start", turn=1, step=1),
-            book("tool_call", id="c1", name="t"), book("x.note", text="app"),
-            book("tool_result_late", tool_call_id="c1", content="late"), asst("a1"),
-            book("step_end", turn=1, step=1, outcome="ok"), book("turn_end", turn=1, steps=1),
+            turn_start(), user("u1"), step_start(),
+            dispatch("c1", "t"), raw("x.note", text="app"),
+            raw("tool_result_late", tool_call_id="c1", content="late"), assistant("a1"),
+            step_end(), turn_end(reason=None),
         ],
         ["u1", "a1"],
         id="bookkeeping_and_app_events_are_not_projected",
@@ -136,36 +120,36 @@ FOLD_CASES = [
 
 @pytest.mark.parametrize(("items", "expected"), FOLD_CASES)
 def test_fold_table(items, expected):
-    assert [m.content for m in fold(_log(*items))] == expected
+    assert [m.content for m in fold(log(*items))] == expected
 
 
 def test_fold_processes_events_in_seq_order_whatever_the_input_order():
-    events = _log(user("u1"), asst("a1"), replace(0, 0, "S"), user("u2"))
+    events = log(user("u1"), assistant("a1"), replace(0, 0, "S"), user("u2"))
     assert [m.content for m in fold(list(reversed(events)))] == ["S", "a1", "u2"]
 
 
 FIELD_CASES = [
-    pytest.param(asst("a", reasoning="because"), "reasoning", "because", id="reasoning_survives"),
+    pytest.param(assistant("a", reasoning="because"), "reasoning", "because", id="reasoning_survives"),
     pytest.param(user("hi", name="alice"), "name", "alice", id="user_name_survives"),
     pytest.param(system("be brief", name="policy"), "name", "policy", id="system_name_survives"),
     pytest.param(
         result("c1", "out", name="search"), "name", "search", id="tool_result_name_survives"
     ),
     pytest.param(
-        result("c1", "x", metadata=_synthetic("tool_outcome_unknown")),
+        result("c1", "x", metadata=synthetic_metadata("tool_outcome_unknown")),
         "risk",
         "tool_outcome_unknown",
         id="synthetic_tool_result_keeps_its_risk",
     ),
     pytest.param(
-        result("c1", "x", metadata=_synthetic("tool_not_started")),
+        result("c1", "x", metadata=synthetic_metadata("tool_not_started")),
         "metadata",
-        _synthetic("tool_not_started"),
+        synthetic_metadata("tool_not_started"),
         id="synthetic_tool_result_keeps_its_metadata",
     ),
     pytest.param(result("c1", "plain"), "risk", None, id="real_result_has_no_risk"),
     pytest.param(result("c1", "boom", is_error=True), "is_error", True, id="is_error_survives"),
-    pytest.param(asst("a", stop_reason="length"), "stop_reason", "length", id="stop_reason"),
+    pytest.param(assistant("a", stop_reason="length"), "stop_reason", "length", id="stop_reason"),
     pytest.param(result("c9", "x"), "tool_call_id", "c9", id="tool_call_id_survives"),
     pytest.param(user("hi"), "role", "user", id="user_role"),
     pytest.param(result("c1", "x"), "role", "tool", id="tool_result_role"),
@@ -174,12 +158,12 @@ FIELD_CASES = [
 
 @pytest.mark.parametrize(("item", "attribute", "expected"), FIELD_CASES)
 def test_fold_keeps_message_fields(item, attribute, expected):
-    (message,) = fold(_log(user("before"), item))[1:]
+    (message,) = fold(log(user("before"), item))[1:]
     assert getattr(message, attribute) == expected
 
 
 def test_fold_message_carries_seq_time_and_normalised_tool_calls():
-    events = _log(
+    events = log(
         user("u"),
         ("assistant_message", {"content": "", "tool_calls": [{"id": "c1", "name": "t"}]}),
     )
@@ -190,9 +174,9 @@ def test_fold_message_carries_seq_time_and_normalised_tool_calls():
 
 
 def test_summary_that_is_itself_a_replace_keeps_its_own_fields():
-    events = _log(
+    events = log(
         user("u1"),
-        asst("a1"),
+        assistant("a1"),
         ("assistant_message", {"content": "S", "reasoning": "r", "surface_op": ["replace", 0, 1]}),
     )
     (summary,) = fold(events)
@@ -221,40 +205,14 @@ def _reference_fold(events: list[Event]) -> list[Event]:
     return current
 
 
-_surface_kinds = st.sampled_from(sorted(SURFACE_TYPES))
-_other_kinds = st.sampled_from(["turn_start", "tool_call", "step_end", "x.app"])
-
-
-@st.composite
-def _ops(draw):
-    """One log entry: an append, a replace (sometimes greedy or past the end), or bookkeeping."""
-    what = draw(st.sampled_from(["append", "append", "replace", "bookkeeping"]))
-    if what == "bookkeeping":
-        return draw(_other_kinds), {}
-    kind = draw(_surface_kinds)
-    data: dict[str, Any] = {"content": "x"}
-    if kind == "tool_result":
-        data["tool_call_id"] = "c"
-    if what == "replace":
-        start = draw(st.integers(0, 12))
-        stop = draw(st.one_of(st.integers(start, start + 8), st.just(HUGE)))
-        data["surface_op"] = ["replace", start, stop]
-    elif draw(st.booleans()):
-        data["surface_op"] = "append"
-    return kind, data
-
-
-logs = st.lists(_ops(), max_size=60).map(lambda items: _log(*items))
-
-
 @settings(max_examples=300, deadline=None)
-@given(logs)
+@given(compaction_logs)
 def test_fold_equals_reference_fold(events):
     assert [m.seq for m in fold(events)] == [e.seq for e in _reference_fold(events)]
 
 
 @settings(max_examples=100, deadline=None)
-@given(logs, st.randoms(use_true_random=False))
+@given(compaction_logs, st.randoms(use_true_random=False))
 def test_fold_does_not_depend_on_input_order(events, random):
     shuffled = list(events)
     random.shuffle(shuffled)
@@ -262,7 +220,7 @@ def test_fold_does_not_depend_on_input_order(events, random):
 
 
 @settings(max_examples=100, deadline=None)
-@given(logs)
+@given(compaction_logs)
 def test_surface_events_after_the_last_replace_all_survive(events):
     replaces = [e.seq for e in events if e.is_surface and isinstance(e.data.get("surface_op"), list)]
     last = max(replaces, default=-1)
@@ -279,9 +237,9 @@ def _shape(messages: list[Message]) -> list[tuple[str, Any]]:
 
 
 def test_results_are_reordered_into_call_order_right_after_their_assistant():
-    events = _log(
+    events = log(
         user("u1"),
-        asst("", "c1", "c2", "c3"),
+        assistant("", "c1", "c2", "c3"),
         result("c3", "r3"),
         user("interjection"),
         result("c1", "r1"),
@@ -297,12 +255,12 @@ def test_results_are_reordered_into_call_order_right_after_their_assistant():
 
 @pytest.mark.parametrize("stop_reason", ["aborted", "error"])
 def test_aborted_and_errored_assistants_are_left_out_with_their_calls(stop_reason):
-    events = _log(
+    events = log(
         user("u1"),
-        asst("partial", "x1", stop_reason=stop_reason),
+        assistant("partial", "x1", stop_reason=stop_reason),
         result("x1", "should not show"),
         user("u2"),
-        asst("fine"),
+        assistant("fine"),
     )
     view = provider_view(events)
     assert _shape(view.messages) == [("user", "u1"), ("user", "u2"), ("assistant", "fine")]
@@ -310,35 +268,35 @@ def test_aborted_and_errored_assistants_are_left_out_with_their_calls(stop_reaso
 
 
 def test_calls_without_a_result_are_reported_missing_and_never_invented():
-    events = _log(user("u1"), asst("", "c1", "c2"), result("c1", "r1"))
+    events = log(user("u1"), assistant("", "c1", "c2"), result("c1", "r1"))
     view = provider_view(events)
     assert _shape(view.messages) == [("user", "u1"), ("assistant", ""), ("tool", "c1")]
     assert view.missing == (MissingResult(assistant_seq=1, tool_call_id="c2", name="tool_c2"),)
 
 
 def test_result_whose_assistant_was_compacted_away_is_left_out():
-    events = _log(user("u1"), asst("", "c1"), result("c1", "r1"), replace(0, 1, "S"), user("u2"))
+    events = log(user("u1"), assistant("", "c1"), result("c1", "r1"), replace(0, 1, "S"), user("u2"))
     view = provider_view(events)
     assert _shape(view.messages) == [("user", "S"), ("user", "u2")]
     assert view.missing == ()
 
 
 def test_duplicate_results_for_a_call_keep_the_first_only():
-    events = _log(asst("", "c1"), result("c1", "first"), result("c1", "second"))
+    events = log(assistant("", "c1"), result("c1", "first"), result("c1", "second"))
     assert [m.content for m in provider_view(events).messages] == ["", "first"]
 
 
 def test_reused_call_ids_attach_to_the_nearest_assistant_before_the_result():
-    events = _log(
-        asst("", "c1"), result("c1", "one"), user("again"), asst("", "c1"), result("c1", "two")
+    events = log(
+        assistant("", "c1"), result("c1", "one"), user("again"), assistant("", "c1"), result("c1", "two")
     )
     assert [m.content for m in provider_view(events).messages] == ["", "one", "again", "", "two"]
 
 
 def test_aborted_assistant_repeating_a_call_id_does_not_swallow_the_late_result():
-    events = _log(
-        asst("", "c1"),
-        asst("partial", "c1", stop_reason="aborted"),
+    events = log(
+        assistant("", "c1"),
+        assistant("partial", "c1", stop_reason="aborted"),
         result("c1", "late but real"),
     )
     view = provider_view(events)
@@ -347,9 +305,9 @@ def test_aborted_assistant_repeating_a_call_id_does_not_swallow_the_late_result(
 
 
 def test_pruned_tool_result_stays_attached_to_its_assistant():
-    events = _log(
+    events = log(
         user("u1"),
-        asst("", "c1"),
+        assistant("", "c1"),
         result("c1", "a very long output"),
         ("tool_result", {"tool_call_id": "c1", "content": "[pruned]",
                          "surface_op": ["replace", 2, 2]}),
@@ -360,22 +318,22 @@ def test_pruned_tool_result_stays_attached_to_its_assistant():
 RECOVERED_SESSIONS = [
     pytest.param(
         [
-            book("turn_start", turn=1), user("do three things"), asst("", "c1", "c2", "c3"),
-            book("tool_call", id="c1", name="tool_c1"), result("c1", "done"),
-            result("c2", "did not run", metadata=_synthetic("tool_not_started")),
-            result("c3", "MAY have run", metadata=_synthetic("tool_outcome_unknown")),
-            asst("half a sent", stop_reason="aborted"),
-            book("stream_interrupted"), book("turn_end", turn=1, steps=1, reason="interrupted"),
+            turn_start(), user("do three things"), assistant("", "c1", "c2", "c3"),
+            dispatch("c1"), result("c1", "done"),
+            result("c2", "did not run", metadata=synthetic_metadata("tool_not_started")),
+            result("c3", "MAY have run", metadata=synthetic_metadata("tool_outcome_unknown")),
+            assistant("half a sent", stop_reason="aborted"),
+            raw("stream_interrupted"), turn_end(reason="interrupted"),
         ],
         id="synthetic_results_before_the_aborted_assistant",
     ),
     pytest.param(
         [
-            book("turn_start", turn=1), user("do three things"), asst("", "c1", "c2", "c3"),
-            result("c1", "done"), asst("half a sent", "c9", stop_reason="aborted"),
-            result("c3", "MAY have run", metadata=_synthetic("tool_outcome_unknown")),
-            result("c2", "did not run", metadata=_synthetic("tool_not_started")),
-            book("turn_end", turn=1, steps=1, reason="interrupted"),
+            turn_start(), user("do three things"), assistant("", "c1", "c2", "c3"),
+            result("c1", "done"), assistant("half a sent", "c9", stop_reason="aborted"),
+            result("c3", "MAY have run", metadata=synthetic_metadata("tool_outcome_unknown")),
+            result("c2", "did not run", metadata=synthetic_metadata("tool_not_started")),
+            turn_end(reason="interrupted"),
         ],
         id="synthetic_results_after_the_aborted_assistant_out_of_order",
     ),
@@ -384,7 +342,7 @@ RECOVERED_SESSIONS = [
 
 @pytest.mark.parametrize("items", RECOVERED_SESSIONS)
 def test_recovered_session_gives_one_result_per_call_right_after_the_assistant(items):
-    view = provider_view(_log(*items))
+    view = provider_view(log(*items))
     assert [(m.role, m.tool_call_id, m.risk) for m in view.messages] == [
         ("user", None, None),
         ("assistant", None, None),
@@ -396,30 +354,8 @@ def test_recovered_session_gives_one_result_per_call_right_after_the_assistant(i
     assert view.missing == ()
 
 
-@st.composite
-def _conversations(draw):
-    """Logs of user turns, assistants with calls (some aborted or errored) and results in any
-    order, some for unknown or repeated ids."""
-    items: list[tuple[str, dict[str, Any]]] = []
-    ids = [f"c{i}" for i in range(6)]
-    for _ in range(draw(st.integers(0, 25))):
-        what = draw(st.sampled_from(["user", "assistant", "result", "result", "bookkeeping"]))
-        if what == "user":
-            items.append(user("u"))
-        elif what == "assistant":
-            calls = draw(st.lists(st.sampled_from(ids), max_size=3, unique=True))
-            reason = draw(st.sampled_from([None, "stop", "tool_use", "aborted", "error"]))
-            extra = {} if reason is None else {"stop_reason": reason}
-            items.append(asst("a", *calls, **extra))
-        elif what == "result":
-            items.append(result(draw(st.sampled_from(ids + ["zz"])), "r"))
-        else:
-            items.append(book("step_end", turn=1, step=1))
-    return _log(*items)
-
-
 @settings(max_examples=200, deadline=None)
-@given(_conversations())
+@given(conversations())
 def test_provider_view_answers_each_kept_call_at_most_once_in_call_order(events):
     view = provider_view(events)
     messages = view.messages
@@ -448,15 +384,15 @@ def test_provider_view_answers_each_kept_call_at_most_once_in_call_order(events)
 
 
 def test_to_openai_gives_the_chat_completions_shape():
-    events = _log(
+    events = log(
         system("be brief"),
         user("hi", name="alice"),
-        asst(None, "c1"),
+        assistant(None, "c1"),
         result("c1", "out"),
         result("c2", {"rows": 3}),
         ("assistant_message", {"content": "", "tool_calls": [
             {"id": "c2", "name": "raw", "arguments": '{"already": "json"}'}]}),
-        asst("done", stop_reason="stop"),
+        assistant("done", stop_reason="stop"),
     )
     assert to_openai(fold(events)) == [
         {"role": "system", "content": "be brief"},
@@ -481,7 +417,7 @@ def test_to_openai_gives_the_chat_completions_shape():
 
 def test_to_openai_arguments_are_a_json_string_that_round_trips():
     arguments = {"path": "/tmp/ü", "flags": [1, 2], "deep": {"x": None}}
-    events = _log(("assistant_message", {"content": "", "tool_calls": [
+    events = log(("assistant_message", {"content": "", "tool_calls": [
         {"id": "c1", "name": "t", "arguments": arguments}]}))
     (message,) = to_openai(fold(events))
     assert json.loads(message["tool_calls"][0]["function"]["arguments"]) == arguments
@@ -489,21 +425,21 @@ def test_to_openai_arguments_are_a_json_string_that_round_trips():
 
 def test_to_openai_passes_content_parts_through_and_wraps_bare_strings():
     image = {"type": "image_url", "image_url": {"url": "data:..."}}
-    (message,) = to_openai(fold(_log(user(["look:", image]))))
+    (message,) = to_openai(fold(log(user(["look:", image]))))
     assert message["content"] == [{"type": "text", "text": "look:"}, image]
 
 
 def test_to_anthropic_gives_the_messages_shape():
-    events = _log(
+    events = log(
         system("be brief"),
         system([{"type": "text", "text": "and kind"}]),
         user("hi"),
-        asst("let me look", "c1", "c2"),
+        assistant("let me look", "c1", "c2"),
         result("c1", "out"),
         result("c2", "boom", is_error=True),
         user("thanks"),
-        asst(""),
-        asst("done"),
+        assistant(""),
+        assistant("done"),
     )
     assert to_anthropic(fold(events)) == {
         "system": "be brief\n\nand kind",
@@ -532,7 +468,7 @@ def test_to_anthropic_gives_the_messages_shape():
 
 
 def test_to_anthropic_without_system_messages_has_none_and_merges_same_role_messages():
-    converted = to_anthropic(fold(_log(user("a"), user(["b", {"type": "image", "source": {}}]))))
+    converted = to_anthropic(fold(log(user("a"), user(["b", {"type": "image", "source": {}}]))))
     assert converted == {
         "system": None,
         "messages": [{"role": "user", "content": [
@@ -553,7 +489,7 @@ def test_to_anthropic_without_system_messages_has_none_and_merges_same_role_mess
     ],
 )
 def test_to_anthropic_tool_use_input(arguments, expected):
-    events = _log(("assistant_message", {"content": "", "tool_calls": [
+    events = log(("assistant_message", {"content": "", "tool_calls": [
         {"id": "c1", "name": "t", "arguments": arguments}]}))
     (message,) = to_anthropic(fold(events))["messages"]
     assert message["content"] == [{"type": "tool_use", "id": "c1", "name": "t", "input": expected}]
@@ -570,14 +506,14 @@ def test_to_anthropic_tool_use_input(arguments, expected):
     ],
 )
 def test_to_anthropic_tool_result_content(content, expected):
-    messages = to_anthropic(fold(_log(asst("", "c1"), result("c1", content))))["messages"]
+    messages = to_anthropic(fold(log(assistant("", "c1"), result("c1", content))))["messages"]
     assert messages[1]["content"] == [
         {"type": "tool_result", "tool_use_id": "c1", "content": expected}
     ]
 
 
 def test_recovered_session_converts_to_both_shapes_with_one_result_per_call():
-    view = provider_view(_log(*RECOVERED_SESSIONS[0].values[0]))
+    view = provider_view(log(*RECOVERED_SESSIONS[0].values[0]))
     openai = to_openai(view.messages)
     assert [m.get("tool_call_id") for m in openai if m["role"] == "tool"] == ["c1", "c2", "c3"]
     anthropic = to_anthropic(view.messages)["messages"]
