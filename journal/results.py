@@ -163,12 +163,10 @@ def call_row_txn(db: Database, session_id: str, call_id: str) -> CallRow | None:
 
 def calls_in_state_txn(db: Database, state: CallState) -> list[CallRow]:
     """Every call in ``state`` (dispatched: may have run; indeterminate: awaiting an operator)."""
-    return [
-        CallRow.from_row(row)
-        for row in db.execute(
-            f"SELECT {CallRow.COLUMNS} FROM tool_calls WHERE state = ? ORDER BY session_id, dispatch_seq", (state.value,)
-        )
-    ]
+    # The state is in the SQL text, not bound: SQLite then picks its partial index when it
+    # prepares the statement once, instead of preparing it again for each bound value.
+    sql = f"SELECT {CallRow.COLUMNS} FROM tool_calls WHERE state = '{CallState(state).value}' ORDER BY session_id, dispatch_seq"
+    return [CallRow.from_row(row) for row in db.execute(sql)]
 
 
 class Results:

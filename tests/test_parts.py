@@ -69,3 +69,16 @@ def test_one_codec_carries_the_journals_limits_for_every_part(db_path) -> None:
         assert j._log.codec is j._codec
         for part in (j._queue, j._turns, j._claims, j._results, j._effects, j._recovery, j._reconciler, j._transcript):
             assert part._log is j._log
+
+
+def test_the_size_limit_also_holds_on_the_paths_inside_parts(db_path) -> None:
+    """compact appends through Log.append_txn, resolve validates its note: both under the journal's limit."""
+    big = "x" * 2000
+    with journal.open(db_path, max_event_bytes=1000) as j:
+        j.create_session("s")
+        j.append("s", "user_message", {"content": "a"})
+        with pytest.raises(journal.InvalidEvent, match="over the limit of 1000"):
+            j.compact("s", 0, 0, big)
+        with pytest.raises(journal.InvalidEvent, match="over the limit of 1000"):
+            j.resolve("s", "c1", outcome="ran", note=big)
+        assert [e.type for e in j.events("s")] == ["user_message"]
