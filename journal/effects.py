@@ -136,12 +136,19 @@ class Effects:
         self._results = results
 
     def indeterminate_txn(self, db: Database) -> list[IndeterminateCall]:
-        """Every call awaiting an operator, with its notification; oldest first per session."""
-        calls = calls_in_state_txn(db, CallState.INDETERMINATE)
-        return [
-            IndeterminateCall(c.session_id, c.call_id, c.name, c.dispatch_seq, c.result_seq, _notification_txn(db, c.session_id, c.call_id))
-            for c in calls
-        ]
+        """Every call awaiting an operator, with its notification (one statement); oldest first
+        per session."""
+        rows = db.execute(
+            "SELECT c.session_id, c.call_id, c.name, c.dispatch_seq, c.result_seq, n.id, n.data, n.created_ms, n.acked_ms "
+            "FROM tool_calls AS c INDEXED BY tool_calls_indeterminate LEFT JOIN notifications AS n "
+            "ON n.session_id = c.session_id AND n.call_id = c.call_id AND n.kind = 'indeterminate' "
+            "WHERE c.state = 'indeterminate' ORDER BY c.session_id, c.dispatch_seq"
+        )
+        out = []
+        for session_id, call_id, name, dispatch_seq, result_seq, *note in rows:
+            notification = None if note[0] is None else _notification(*note)
+            out.append(IndeterminateCall(session_id, call_id, name, dispatch_seq, result_seq, notification))
+        return out
 
     def forget_txn(self, db: Database, session_id: str) -> None:
         """Delete the session's notifications (purge)."""
@@ -392,15 +399,16 @@ class Effects:
             return self._log.append_txn(db, session_id, "operator_resolution", data, time_ms)
 
 
+def _notification(note_id: int, data: str, created_ms: int, acked_ms: int | None) -> dict[str, Any]:
+    return {"id": note_id, "data": json.loads(data), "created_ms": created_ms, "acked_ms": acked_ms}
+
+
 def _notification_txn(db: Database, session_id: str, call_id: str) -> dict[str, Any] | None:
     row = db.one(
         "SELECT id, data, created_ms, acked_ms FROM notifications WHERE session_id = ? AND call_id = ? AND kind = 'indeterminate'",
         (session_id, call_id),
     )
-    if row is None:
-        return None
-    note_id, data, created_ms, acked_ms = row
-    return {"id": note_id, "data": json.loads(data), "created_ms": created_ms, "acked_ms": acked_ms}
+    return None if row is None else _notification(*row)
 
 
 def _indeterminate_call_txn(db: Database, session_id: str, call_id: str) -> IndeterminateCall | None:

@@ -35,6 +35,18 @@ from journal.store.groupcommit import GroupCommit
 _SESSION_ID = re.compile(r"[\x21-\x7e]{1,256}")
 _OPEN_TURN = "SELECT 1 FROM turn_journal INDEXED BY turn_journal_open WHERE session_id = ? AND end_seq IS NULL"
 _INSERT = "INSERT INTO events (session_id, seq, type, data, time_ms) VALUES (?, ?, ?, ?, ?)"
+# A result, or a dispatch inside an open turn, of a session that reads nothing through a parent:
+# then the schema's unique indexes alone keep one result and one dispatch per call. Otherwise
+# the statement inserts nothing, and the append takes the path that checks the fork chain.
+_INSERT_OWN_RESULT = (
+    "INSERT INTO events (session_id, seq, type, data, time_ms) SELECT ?1, ?2, ?3, ?4, ?5 "
+    "WHERE (SELECT seed_length FROM sessions WHERE id = ?1) = 0"
+)
+_INSERT_OWN_DISPATCH = (
+    _INSERT_OWN_RESULT
+    + " AND EXISTS (SELECT 1 FROM turn_journal INDEXED BY turn_journal_open WHERE session_id = ?1 AND end_seq IS NULL)"
+)
+_FAST_INSERTS = {"tool_result": _INSERT_OWN_RESULT, "tool_call": _INSERT_OWN_DISPATCH}
 _NEXT = (
     "SELECT s.seed_length, (SELECT max(seq) FROM events WHERE session_id = s.id) "
     "FROM sessions AS s WHERE s.id = ? AND s.purged_ms IS NULL"
@@ -104,22 +116,38 @@ def append_text_txn(
     db: Database, session_id: str, type_: str, text: str, time_ms: int, *, call_id: str | None = None
 ) -> int:
     """Append one validated event at the session's next seq, inside the caller's transaction."""
-    seq = next_seq_txn(db, session_id)
+    seq = next_seq_in_txn(db, session_id)
     insert_txn(db, session_id, seq, type_, text, time_ms, call_id=call_id)
     return seq
 
 
+def next_seq_in_txn(db: Database, session_id: str) -> int:
+    """``next_seq_txn``, known without a read once this write transaction appended to the
+    session (it holds the write lock, so nothing else can have appended since)."""
+    seq = db.next_seqs.get(session_id)
+    return next_seq_txn(db, session_id) if seq is None else seq
+
+
 def insert_txn(
-    db: Database, session_id: str, seq: int, type_: str, text: str, time_ms: int, *, call_id: str | None = None
+    db: Database,
+    session_id: str,
+    seq: int,
+    type_: str,
+    text: str,
+    time_ms: int,
+    *,
+    call_id: str | None = None,
+    unanswered: bool = False,
 ) -> None:
     """Insert one validated event, translating the schema's refusals into typed errors.
 
-    For a dispatch or a result, ``call_id`` saves decoding ``text`` again to find the call."""
+    For a dispatch or a result, ``call_id`` saves decoding ``text`` again to find the call;
+    ``unanswered`` says the caller found, in this transaction, no result for it anywhere."""
     if type_ in _GUARDED and call_id is None:
         call_id = call_id_of(type_, json.loads(text))
     # The unique indexes hold within a session; these lookups extend them through a fork's
     # inherited prefix (a call answered or dispatched in the parent is so in the fork too).
-    if type_ == "tool_result" and seq > 0:
+    if type_ == "tool_result" and seq > 0 and not unanswered:
         assert call_id is not None
         if result_seq_txn(db, session_id, call_id) is not None:
             raise ResultExists(session_id, call_id)
@@ -156,12 +184,13 @@ def check_dispatch_in_turn_txn(db: Database, session_id: str, type_: str, data: 
 
 def _call_row_txn(db: Database, session_id: str, call_id: str, column: str) -> Any:
     """A column of the call's ``tool_calls`` row, looked up through the fork chain."""
-    value = db.value(f"SELECT {column} FROM tool_calls WHERE session_id = ? AND call_id = ?", (session_id, call_id))
-    if value is not None:
-        return value
-    seed = db.value("SELECT seed_length FROM sessions WHERE id = ?", (session_id,))
-    if not seed:
-        return None
+    row = db.one(
+        f"SELECT (SELECT {column} FROM tool_calls WHERE session_id = ?1 AND call_id = ?2), seed_length "
+        "FROM sessions WHERE id = ?1",
+        (session_id, call_id),
+    )
+    if row is None or row[0] is not None or not row[1]:
+        return None if row is None else row[0]
     for owner, _lo, hi in chain_txn(db, session_id)[1:]:
         value = db.value(
             f"SELECT {column} FROM tool_calls WHERE session_id = ? AND call_id = ? AND {column} < ?",
@@ -170,6 +199,24 @@ def _call_row_txn(db: Database, session_id: str, call_id: str, column: str) -> A
         if value is not None:
             return value
     return None
+
+
+def call_seqs_txn(db: Database, session_id: str, call_id: str) -> tuple[int | None, int | None, int | None]:
+    """The seqs that requested, dispatched and answered the call, through the fork chain (one
+    read for a session that is not a fork)."""
+    row = db.one(
+        "SELECT seed_length, c.requested_seq, c.dispatch_seq, c.result_seq FROM sessions AS s "
+        "LEFT JOIN tool_calls AS c ON c.session_id = s.id AND c.call_id = ?2 WHERE s.id = ?1",
+        (session_id, call_id),
+    )
+    if row is None:
+        return None, None, None
+    seed, requested, dispatched, answered = row
+    if seed:
+        requested = requested if requested is not None else requested_seq_txn(db, session_id, call_id)
+        dispatched = dispatched if dispatched is not None else dispatch_seq_txn(db, session_id, call_id)
+        answered = answered if answered is not None else result_seq_txn(db, session_id, call_id)
+    return requested, dispatched, answered
 
 
 def result_seq_txn(db: Database, session_id: str, call_id: str) -> int | None:
@@ -301,13 +348,16 @@ class Log:
         time_ms = now_ms()
         guesses = self._store.next_seqs
         seq = guesses.get(session_id)
-        if seq is not None and type not in _GUARDED:
+        if seq is not None:
             # The common case: this connection wrote the session's last event, so the INSERT
             # alone is the whole transaction. The schema's contiguity trigger refuses a stale seq
-            # (another connection appended since); the seq is then read inside a transaction.
+            # (another connection appended since); a dispatch or result of a fork, or a dispatch
+            # outside a turn, inserts nothing; a second dispatch or result hits a unique index.
+            # Each then takes the path below, which reads inside a transaction and says which.
             row = (session_id, seq, type, text, time_ms)
+            sql = _FAST_INSERTS.get(type, _INSERT)
             try:
-                if self._appends.run_one(_INSERT, row, present=lambda db: _stored(db, row)):
+                if self._appends.run_one(sql, row, present=lambda db: _stored(db, row)):
                     guesses[session_id] = seq + 1
                     return Event(session_id, seq, type, copy, time_ms)
             except SchemaViolation:

@@ -1,32 +1,40 @@
 """The recovery part: the restart scan and close-policy recovery (DESIGN §7).
 
-``scan()`` is read-only and reads only the partial indexes of unfinished work (open turns,
-unresolved calls, running and queued submissions, indeterminate calls), so its cost grows with
-that work and not with the file (G7). ``recover()`` applies the pure planner
-(``journal.pure.plan``, re-exported here) to each session the scan names, one transaction per
-session, with results going through the same first-write-wins insert as live ones: running it
-twice, or from two processes at once, appends one repair (G8).
+``scan()`` is read-only and reads, in a fixed number of queries, only the partial indexes of
+unfinished work (open turns with the calls they owe, unresolved calls, running and queued
+submissions, indeterminate calls), so its cost grows with that work and not with the file (G7).
+
+``recover()`` applies the pure planner (``journal.pure.plan``, re-exported here) to each session
+the scan names. A session is planned from its open work only: the events from its outermost open
+turn onwards, and what ``tool_calls`` says of their calls before that (``Before``); the rest of
+its history is never read, so recovery costs what was interrupted, not how long the session is.
+Sessions are recovered in batches, one transaction (one fsync) each, every session re-planned
+inside it: running it twice, or from two processes at once, appends one repair (G8), and a crash
+leaves each session of a batch either repaired or untouched.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 
 from journal import log as _log
 from journal.effects import Effects, IndeterminateCall, OperatorCallback
-from journal.errors import InvalidArgument
+from journal.errors import InvalidArgument, SessionNotFound
 from journal.log import Log
 from journal.model import CallState, Event, Phase, SubmissionState, Vocabulary
 from journal.owners import held_elsewhere
-from journal.pure.plan import Repair, interrupted, open_turns, plan, synthetic_result
+from journal.pure.plan import Before, Repair, interrupted, open_turns, plan, synthetic_result
 from journal.queue import Queue, SubmissionInfo
 from journal.results import PendingCall, calls_in_state_txn, put_result_txn
 from journal.store import Database, Store
 from journal.tools import ToolRegistry
 
 __all__ = [
+    "Before",
     "OpenTurn",
     "OwedCall",
     "Recovery",
@@ -131,8 +139,34 @@ class RecoveryResult:
 
 _OPEN_TURNS = (
     "SELECT t.session_id, t.start_seq, t.turn, t.phase, t.attempt, t.submission_id, t.owner, "
-    "q.state, q.lease_owner, q.lease_expires_ms FROM turn_journal AS t "
+    "q.state, q.lease_owner, q.lease_expires_ms FROM turn_journal AS t INDEXED BY turn_journal_open "
     "LEFT JOIN submissions AS q ON q.id = t.submission_id WHERE t.end_seq IS NULL"
+)
+# Every open turn with the calls it owes, in one statement: a turn owing nothing gives one row
+# whose call columns are NULL.
+_OPEN_TURNS_OWING = (
+    "SELECT t.session_id, t.start_seq, t.turn, t.phase, t.attempt, t.submission_id, t.owner, "
+    "q.state, q.lease_owner, q.lease_expires_ms, c.call_id, c.name, c.requested_seq, c.dispatch_seq "
+    "FROM turn_journal AS t INDEXED BY turn_journal_open "
+    "LEFT JOIN submissions AS q ON q.id = t.submission_id "
+    "LEFT JOIN tool_calls AS c INDEXED BY tool_calls_owed ON c.session_id = t.session_id AND c.result_seq IS NULL "
+    "AND coalesce(c.requested_seq, c.dispatch_seq) >= t.start_seq "
+    "WHERE t.end_seq IS NULL "
+    "ORDER BY t.session_id, t.start_seq, coalesce(c.requested_seq, c.dispatch_seq), c.call_id"
+)
+_INTERRUPTED_SESSIONS = (
+    "SELECT DISTINCT session_id FROM turn_journal INDEXED BY turn_journal_open WHERE end_seq IS NULL ORDER BY session_id"
+)
+# The session's seed length and the start of its outermost open turn (NULL: nothing open); no
+# row: no such session.
+_OUTERMOST_OPEN = (
+    "SELECT seed_length, (SELECT min(start_seq) FROM turn_journal INDEXED BY turn_journal_open "
+    "WHERE session_id = s.id AND end_seq IS NULL) FROM sessions AS s WHERE s.id = ? AND s.purged_ms IS NULL"
+)
+_OWN_EVENTS_FROM = "SELECT seq, type, data, time_ms FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq"
+_CALL_SEQS = (
+    "SELECT call_id, requested_seq, dispatch_seq, result_seq FROM tool_calls "
+    "WHERE session_id = ? AND call_id IN (SELECT value FROM json_each(?))"
 )
 
 
@@ -144,31 +178,103 @@ def _held(owner: str | None, sub_state: str | None, lease_owner: str | None, lea
     return held_elsewhere(owner)
 
 
-def held_by_txn(db: Database, session_id: str, now: int) -> str | None:
-    """The owner that may still be driving an open turn of the session, or ``None``."""
-    for _sid, _start, _turn, _phase, _attempt, _sub, owner, *lease in db.execute(_OPEN_TURNS + " AND t.session_id = ?", (session_id,)):
-        if _held(owner, *lease, now):
-            return owner
-    return None
+def held_by_txn(db: Database, session_ids: list[str], now: int) -> dict[str, str]:
+    """The sessions among these with an open turn whose owner may still be driving it, and that
+    owner: one statement, whatever the number of sessions."""
+    held: dict[str, str] = {}
+    rows = db.execute(_OPEN_TURNS + " AND t.session_id IN (SELECT value FROM json_each(?))", (json.dumps(session_ids),))
+    for session_id, _start, _turn, _phase, _attempt, _sub, owner, *lease in rows:
+        if session_id not in held and _held(owner, *lease, now):
+            held[session_id] = owner
+    return held
 
 
 def open_turns_txn(db: Database) -> list[OpenTurn]:
-    turns = []
+    """Every open turn with the calls it still owes (one statement)."""
+    turns: list[OpenTurn] = []
     now = _log.now_ms()
-    rows = list(db.execute(_OPEN_TURNS + " ORDER BY t.session_id, t.start_seq"))
-    for session_id, start_seq, turn, phase, attempt, submission_id, owner, *lease in rows:
-        owed = tuple(
-            OwedCall(call_id, name, requested_seq, dispatch_seq)
-            for call_id, name, requested_seq, dispatch_seq in db.execute(
-                "SELECT call_id, name, requested_seq, dispatch_seq FROM tool_calls INDEXED BY tool_calls_owed "
-                "WHERE session_id = ? AND result_seq IS NULL "
-                "AND coalesce(requested_seq, dispatch_seq) >= ? ORDER BY coalesce(requested_seq, dispatch_seq), call_id",
-                (session_id, start_seq),
-            )
-        )
-        held = _held(owner, *lease, now)
-        turns.append(OpenTurn(session_id, start_seq, turn, Phase(phase), attempt, submission_id, owed, owner, held))
+    current: tuple[Any, ...] | None = None
+    owed: list[OwedCall] = []
+
+    def close() -> None:
+        if current is not None:
+            session_id, start_seq, turn, phase, attempt, submission_id, owner, *lease = current
+            held = _held(owner, *lease, now)
+            turns.append(OpenTurn(session_id, start_seq, turn, Phase(phase), attempt, submission_id, tuple(owed), owner, held))
+
+    for row in db.execute(_OPEN_TURNS_OWING):
+        head, (call_id, name, requested_seq, dispatch_seq) = row[:10], row[10:]
+        if current is None or head[:2] != current[:2]:
+            close()
+            current, owed = head, []
+        if call_id is not None:
+            owed.append(OwedCall(call_id, name, requested_seq, dispatch_seq))
+    close()
     return turns
+
+
+def before_txn(db: Database, session_id: str, start: int, call_ids: set[str], *, fork: bool) -> Before:
+    """What the log says before seq ``start`` of these calls: read from ``tool_calls`` (through
+    the fork chain for a fork), never from the events."""
+    seqs = {
+        call_id: (requested, dispatched, answered)
+        for call_id, requested, dispatched, answered in db.execute(_CALL_SEQS, (session_id, json.dumps(sorted(call_ids))))
+    }
+    if fork:
+        # A fork: its parent's log (up to the fork point) comes before all of its own events.
+        for call_id in call_ids:
+            inherited = _inherited_seqs_txn(db, session_id, call_id)
+            own = seqs.get(call_id, (None, None, None))
+            seqs[call_id] = tuple(i if i is not None else o for i, o in zip(inherited, own))  # type: ignore[assignment]
+
+    def earlier(*found: int | None) -> bool:
+        return any(seq is not None and seq < start for seq in found)
+
+    return Before(
+        sighted=frozenset(c for c, (r, d, _a) in seqs.items() if earlier(r, d)),
+        dispatched=frozenset(c for c, (_r, d, _a) in seqs.items() if earlier(d)),
+        answered=frozenset(c for c, (_r, _d, a) in seqs.items() if earlier(a)),
+    )
+
+
+def _inherited_seqs_txn(db: Database, session_id: str, call_id: str) -> tuple[int | None, int | None, int | None]:
+    """The seqs that requested, dispatched and answered the call in the part of the log a fork
+    reads through its ancestors (each below the point where the next one forked)."""
+    found: list[int | None] = [None, None, None]
+    for owner, _lo, hi in reversed(_log.chain_txn(db, session_id)[1:]):  # oldest ancestor first
+        row = db.one(
+            "SELECT requested_seq, dispatch_seq, result_seq FROM tool_calls WHERE session_id = ? AND call_id = ?",
+            (owner, call_id),
+        )
+        for i, seq in enumerate(row or ()):
+            if found[i] is None and seq is not None and seq < hi:
+                found[i] = seq
+    return found[0], found[1], found[2]
+
+
+def plan_txn(db: Database, session_id: str) -> list[Repair]:
+    """The session's repairs, planned from its open work: the events from the outermost open turn
+    on, and ``before_txn``. ``SessionNotFound`` for an unknown session."""
+    row = db.one(_OUTERMOST_OPEN, (session_id,))
+    if row is None:
+        raise SessionNotFound(session_id)
+    seed, start = row
+    if start is None:
+        return []
+    # A fork's inherited prefix never holds an open turn (G11): the window is the session's own.
+    events = [Event(session_id, *r[:2], json.loads(r[2]), r[3]) for r in db.execute(_OWN_EVENTS_FROM, (session_id, start))]
+    repairs = plan(events)
+    # Only a call the window alone says is owed can be changed by the log before it: sighted or
+    # answered there, it is owed by no open turn. Ask tool_calls about those calls only.
+    owed = {r.tool_call_id for r in repairs if r.tool_call_id is not None}
+    if not owed:
+        return repairs
+    before = before_txn(db, session_id, start, owed, fork=seed > 0)
+    return repairs if before == Before() else plan(events, before=before)
+
+
+ProgressCallback = Callable[[int, int], object]
+DEFAULT_BATCH_SESSIONS = 500
 
 
 class Recovery:
@@ -179,6 +285,7 @@ class Recovery:
         self._log = log
         self._queue = queue
         self._effects = effects
+        self.batch_sessions = DEFAULT_BATCH_SESSIONS  # sessions recovered per transaction
 
     def scan(self) -> ScanReport:
         """A read-only report of all unfinished work (runs on a read-only journal too)."""
@@ -202,7 +309,8 @@ class Recovery:
 
     def plan(self, session_id: str) -> list[Repair]:
         """What ``recover`` would append to the session, without appending it."""
-        return plan(self._log.events(session_id))
+        with self._store.read() as db:
+            return plan_txn(db, session_id)
 
     def plan_recovery(self, session_id: str | None = None, *, force: bool = False) -> list[RecoveryPlan]:
         """What ``recover(session_id, force=force)`` would append, session by session, from one
@@ -214,12 +322,11 @@ class Recovery:
             else:
                 _log.next_seq_txn(db, session_id)  # SessionNotFound for an unknown id
                 targets = [session_id]
-            plans = []
-            for sid in targets:
-                holder = None if force else held_by_txn(db, sid, now)
-                repairs = () if holder is not None else tuple(plan(_log.read_events_txn(db, sid)))
-                plans.append(RecoveryPlan(sid, repairs, live_owner=holder))
-            return plans
+            held = {} if force else held_by_txn(db, targets, now)
+            return [
+                RecoveryPlan(sid, (), live_owner=held[sid]) if sid in held else RecoveryPlan(sid, tuple(plan_txn(db, sid)))
+                for sid in targets
+            ]
 
     def recover(
         self,
@@ -229,6 +336,7 @@ class Recovery:
         registry: ToolRegistry | None = None,
         on_indeterminate: OperatorCallback | None = None,
         force: bool = False,
+        on_progress: ProgressCallback | None = None,
     ) -> list[RecoveryResult]:
         """Close what a crash left open, by appending (never truncating).
 
@@ -243,10 +351,13 @@ class Recovery:
         left alone, and its result says who holds it (``live_owner``). ``force=True`` closes it
         all the same. Turns opened by this process are closed (it is not driving them while it
         recovers), as are turns opened by a plain append, which record no owner.
+
+        Sessions are recovered in batches, one transaction each; ``on_progress(done, total)`` is
+        called after each batch commits.
         """
         if policy != "close":
             raise InvalidArgument("policy", f'only "close" is a recovery policy (use reconcile() to resume), not {policy!r}')
-        report = self.scan() if session_id is None or (registry is not None and not force) else None
+        report = self.scan() if registry is not None and not force else None
         if registry is not None:
             held = set() if force or report is None else {t.session_id for t in report.open_turns if t.held}
             if not held:
@@ -257,27 +368,52 @@ class Recovery:
                 pending = [session_id] if session_id is not None else [c.session_id for c in report.pending_calls]
                 for sid in dict.fromkeys(s for s in pending if s not in held):
                     self._effects.recover_effects(registry, session_id=sid, on_indeterminate=on_indeterminate)
-        # Effect recovery closes no turn, so the scan taken before it still names the targets.
-        targets = [session_id] if session_id is not None else report.sessions if report is not None else []
-        return [self._recover_session(sid, force=force) for sid in targets]
+        # Effect recovery closes no turn, so the turns open before it are the targets.
+        if session_id is not None:
+            targets = [session_id]
+        elif report is not None:
+            targets = report.sessions
+        else:
+            with self._store.read() as db:
+                targets = [sid for (sid,) in db.execute(_INTERRUPTED_SESSIONS)]
+        results: list[RecoveryResult] = []
+        size = max(1, self.batch_sessions)
+        for first in range(0, len(targets), size):
+            batch = targets[first : first + size]
+            results.extend(self._recover_batch(batch, force=force, scanned=session_id is None))
+            if on_progress is not None:
+                on_progress(len(results), len(targets))
+        return results
 
-    def _recover_session(self, session_id: str, *, force: bool) -> RecoveryResult:
+    def _recover_batch(self, session_ids: list[str], *, force: bool, scanned: bool) -> list[RecoveryResult]:
+        """Recover these sessions in one transaction, each re-planned inside it. A session the
+        scan named that was purged since has nothing left to recover (``scanned``); a session
+        the caller named must exist."""
         time_ms = _log.now_ms()
+        out = []
         with self._store.write("recover") as db:
-            holder = None if force else held_by_txn(db, session_id, time_ms)
-            if holder is not None:
-                _log.next_seq_txn(db, session_id)  # SessionNotFound for an unknown id
-                return RecoveryResult(session_id, (), live_owner=holder)
-            appended = self.apply_plan_txn(db, session_id, time_ms)
-        return RecoveryResult(session_id, tuple(appended))
+            held = {} if force else held_by_txn(db, session_ids, time_ms)
+            for sid in session_ids:
+                if sid in held:
+                    out.append(RecoveryResult(sid, (), live_owner=held[sid]))
+                    continue
+                try:
+                    appended = self.apply_plan_txn(db, sid, time_ms)
+                except SessionNotFound:
+                    if not scanned:
+                        raise
+                    appended = []  # raised by the planning read, before anything of it was written
+                out.append(RecoveryResult(sid, tuple(appended)))
+        return out
 
     def apply_plan_txn(self, db: Database, session_id: str, time_ms: int) -> list[Event]:
-        """Plan the session's repairs from its log, inside the caller's transaction, and append them."""
+        """Plan the session's repairs from its open work, inside the caller's transaction, and
+        append them."""
         appended: list[Event] = []
-        for repair in plan(_log.read_events_txn(db, session_id)):
+        for repair in plan_txn(db, session_id):
             if repair.type == "tool_result":
-                text = self._log.codec.encode("tool_result", repair.data)
-                outcome = put_result_txn(db, session_id, repair.data["tool_call_id"], text, time_ms)
+                text, data = self._log.codec.encode_copy("tool_result", repair.data)
+                outcome = put_result_txn(db, session_id, repair.data["tool_call_id"], text, time_ms, data=data)
                 if outcome.won:
                     appended.append(outcome.event)
             else:

@@ -273,19 +273,19 @@ class Results:
         return outcome
 
 
-def put_result_txn(db: Database, session_id: str, call_id: str, text: str, time_ms: int) -> PutResult:
-    """First-write-wins insert of an encoded ``tool_result`` inside the caller's transaction."""
-    requested = _log.requested_seq_txn(db, session_id, call_id)
-    if requested is None and _log.dispatch_seq_txn(db, session_id, call_id) is None:
+def put_result_txn(
+    db: Database, session_id: str, call_id: str, text: str, time_ms: int, *, data: dict[str, Any] | None = None
+) -> PutResult:
+    """First-write-wins insert of an encoded ``tool_result`` inside the caller's transaction
+    (``data``: what ``text`` decodes to, when the caller has it from the codec)."""
+    requested, dispatched, winner_seq = _log.call_seqs_txn(db, session_id, call_id)
+    if requested is None and dispatched is None:
         raise UnknownToolCall(session_id, call_id)
-    seq = _log.next_seq_txn(db, session_id)
-    try:
-        _log.insert_txn(db, session_id, seq, "tool_result", text, time_ms, call_id=call_id)
-        return PutResult(Event(session_id, seq, "tool_result", json.loads(text), time_ms), won=True)
-    except ResultExists:
-        pass
-    winner_seq = _log.result_seq_txn(db, session_id, call_id)
-    assert winner_seq is not None
+    seq = _log.next_seq_in_txn(db, session_id)
+    if winner_seq is None:
+        # No result anywhere, read in this transaction: the unique index keeps it first.
+        _log.insert_txn(db, session_id, seq, "tool_result", text, time_ms, call_id=call_id, unanswered=True)
+        return PutResult(Event(session_id, seq, "tool_result", json.loads(text) if data is None else data, time_ms), won=True)
     winner = _event_at_txn(db, session_id, winner_seq)
     loser = json.loads(text)
     if _same_result(winner.data, loser):

@@ -35,10 +35,23 @@ def recover(db: str, session: str | None, dry_run: bool, force: bool, as_json: b
     """Close what a crash left open, by appending (close policy)."""
     with open_journal(db, readonly=dry_run) as j:
         done: list[RecoveryPlan] | list[RecoveryResult]
-        done = j.plan_recovery(session, force=force) if dry_run else j.recover(session, force=force)
+        done = j.plan_recovery(session, force=force) if dry_run else j.recover(session, force=force, on_progress=_Progress())
     sessions = [d.to_dict() for d in done]
     lines = [line for d in done for line in _recovery_lines(d)] or ["nothing to recover"]
     output({"dry_run": dry_run, "sessions": sessions}, sessions, lines, as_json=as_json, as_nl=as_nl)
+
+
+class _Progress:
+    """Progress on stderr when recovery takes more than one batch (stdout stays the contract):
+    a line after each batch, from the first one that falls short of the total."""
+
+    def __init__(self) -> None:
+        self.shown = False
+
+    def __call__(self, done: int, total: int) -> None:
+        if done < total or self.shown:
+            self.shown = True
+            click.echo(f"journal: recovered {done}/{total} sessions", err=True)
 
 
 def _recovery_lines(done: RecoveryPlan | RecoveryResult) -> list[str]:

@@ -1,7 +1,8 @@
 """Recovery planning: what to append so a crashed session's history is honest (DESIGN §7(2)).
 
-Pure functions over one session's complete log, in seq order. No I/O; applying the plan is
-someone else's job. An orphaned ``turn_start`` (a turn that never got its ``turn_end``) is the
+Pure functions over one session's log, in seq order: the complete log, or a window of it that
+starts at the outermost open turn together with ``Before``, what the log says of the window's
+calls before it (the plan is then the same). No I/O; applying the plan is someone else's job. An orphaned ``turn_start`` (a turn that never got its ``turn_end``) is the
 crash signal; the repair is one synthetic ``tool_result`` per call the turn still owes, each with
 a risk, then a ``turn_end`` with reason ``interrupted``. Nothing else is ever planned, so a clean
 log (every turn closed) gets an empty plan even when it has a dangling call (G8).
@@ -20,7 +21,7 @@ import attrs
 
 from journal.model import Event, EventType, Risk, TurnEndReason
 
-__all__ = ["Repair", "interrupted", "open_turns", "plan", "synthetic_result"]
+__all__ = ["Before", "Repair", "interrupted", "open_turns", "plan", "synthetic_result"]
 
 _log = logging.getLogger("journal.recovery")
 
@@ -46,6 +47,20 @@ class Repair:
         return Risk(metadata["risk"]) if isinstance(metadata, dict) else None
 
 
+@attrs.frozen
+class Before:
+    """What the log says, before a window of it, about the calls the window mentions: which
+    were sighted (requested or dispatched), dispatched and answered there.
+
+    A window that starts at the outermost open turn, with this, plans what the whole log plans:
+    a call sighted before it belongs to no open turn, and the risk rules need only whether a call
+    was ever dispatched or answered."""
+
+    sighted: frozenset[str] = frozenset()
+    dispatched: frozenset[str] = frozenset()
+    answered: frozenset[str] = frozenset()
+
+
 def open_turns(events: Iterable[Event]) -> list[Event]:
     """The ``turn_start`` events that never got a ``turn_end``, innermost first.
 
@@ -61,7 +76,7 @@ def interrupted(events: Iterable[Event]) -> bool:
     return bool(open_turns(events))
 
 
-def plan(events: Iterable[Event]) -> list[Repair]:
+def plan(events: Iterable[Event], *, before: Before | None = None) -> list[Repair]:
     """The events recovery would append, in append order, without appending them.
 
     For each orphaned turn, innermost first: one synthetic ``tool_result`` per owed call (in the
@@ -70,7 +85,7 @@ def plan(events: Iterable[Event]) -> list[Repair]:
     dispatch) when no ``tool_result`` anywhere in the log answers it. Never raises on malformed
     data: what cannot be a call id (a non-string or empty id) is skipped.
     """
-    log = _walk(events)
+    log = _walk(events, before)
     repairs: list[Repair] = []
     for turn in reversed(log.open):
         for call in log.calls.values():
@@ -123,8 +138,13 @@ class _Log:
         self.calls[call_id] = _Call(call_id, name if isinstance(name, str) else None, turn, step)
 
 
-def _walk(events: Iterable[Event]) -> _Log:
+def _walk(events: Iterable[Event], before: Before | None = None) -> _Log:
     log = _Log()
+    if before is not None:
+        for call_id in sorted(before.sighted):
+            log.calls[call_id] = _Call(call_id, None, None, None)  # seen outside any open turn
+        log.dispatched.update(before.dispatched)
+        log.answered.update(before.answered)
     for event in events:
         data = event.data if isinstance(event.data, dict) else {}
         kind = event.type

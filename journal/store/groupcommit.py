@@ -76,15 +76,16 @@ class GroupCommit:
             raise item.error
         return item.result
 
-    def run_one(self, sql: str, bindings: Any, *, present: Callable[[Database], bool] | None = None) -> bool:
+    def run_one(self, sql: str, bindings: Any, *, present: Callable[[Database], bool] | None = None) -> int | None:
         """Commit one statement on its own (``Store.write_one``) unless other threads are writing
-        through this group; ``False`` if it was not run (the caller then uses ``run``).
+        through this group: how many rows it changed, or ``None`` if it was not run (the caller
+        then uses ``run``).
 
         The check reads the group's state without its lock: a stale answer only decides whether
         this append shares a commit, never whether it is committed (the store's lock does that).
         """
         if self._leading or self._queue:
-            return False
+            return None
         return self._store.write_one(self._operation, sql, bindings, present=present)
 
     def _lead(self, own: Pending, present: Callable[[Database], bool] | None) -> None:

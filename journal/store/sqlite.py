@@ -471,9 +471,10 @@ class SqliteStore:
 
     def write_one(
         self, operation: str, sql: str, bindings: Any, *, present: Callable[[SqliteDatabase], bool] | None = None
-    ) -> bool:
-        """Run one statement as a transaction of its own; ``False`` if it did not run because
-        another thread holds the connection or a crash point is armed (then use ``write``).
+    ) -> int | None:
+        """Run one statement as a transaction of its own and return how many rows it changed;
+        ``None`` if it did not run because another thread holds the connection or a crash point
+        is armed (then use ``write``).
 
         A single statement outside ``BEGIN`` is SQLite's autocommit transaction: it takes the
         write lock when it starts (waiting in the busy handler as ``BEGIN IMMEDIATE`` does, since
@@ -483,7 +484,7 @@ class SqliteStore:
         write. ``write`` has the commit boundary that crash points name.
         """
         if crash.armed() or not self._lock.acquire(False):
-            return False
+            return None
         try:
             conn = self._conn
             if conn is None:
@@ -498,7 +499,7 @@ class SqliteStore:
                 self._rollback()
                 self.next_seqs.clear()
                 raise self._commit_failed(exc, operation, present) from exc
-            return True
+            return conn.changes()
         finally:
             self._lock.release()
 

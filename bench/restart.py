@@ -1,0 +1,137 @@
+"""Restart at the scale of a busy bot: open + scan + recover + scan over many interrupted sessions.
+
+    python bench/restart.py [--sessions N] [--history H ...] [--rounds R] [--json]
+
+Builds, for each history length H (default 25 and 1,000 events), a journal of N sessions
+(default 10,000), each with H events of finished turns and then an interrupted tool turn (a user
+message, ``turn_start``, ``step_start``, an assistant message asking for two tool calls, the
+first one dispatched, no result: a crash mid-tool). Each round copies that file afresh and
+times, under ``durability="full"``, ``journal.open()`` + ``scan()`` + ``recover()`` + ``scan()``
+(the restart of DESIGN §11), then checks that every session was repaired (3 events each: two
+synthetic results and the ``turn_end``) and the second scan is clean. Medians of the rounds.
+
+Targets (issue 14): under 1 s with 25 events of history; with 1,000 events at most 1.5x that
+(recovery must cost the open work, not the history).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import journal
+
+TURN = 8  # events in one finished turn of the history
+
+
+def finished_turns(number: int, first_turn: int) -> list[tuple[str, dict]]:
+    items: list[tuple[str, dict]] = []
+    for t in range(first_turn, first_turn + number):
+        call = {"id": f"h{t}", "name": "lookup", "arguments": {"q": t}}
+        items += [
+            ("user_message", {"content": f"question {t}"}),
+            ("turn_start", {"turn": t}),
+            ("step_start", {"turn": t, "step": 1}),
+            ("assistant_message", {"content": "", "tool_calls": [call], "stop_reason": "tool_use"}),
+            ("tool_call", {"id": call["id"], "name": "lookup"}),
+            ("tool_result", {"tool_call_id": call["id"], "content": "x" * 60}),
+            ("step_end", {"turn": t, "step": 1, "outcome": "ok"}),
+            ("turn_end", {"turn": t, "steps": 1, "reason": "complete"}),
+        ]
+    return items
+
+
+def interrupted_turn(turn: int) -> list[tuple[str, dict]]:
+    calls = [
+        {"id": f"c{turn}a", "name": "send_email", "arguments": {"to": "a@example.com"}},
+        {"id": f"c{turn}b", "name": "lookup", "arguments": {"q": "b"}},
+    ]
+    return [
+        ("user_message", {"content": "do two things"}),
+        ("turn_start", {"turn": turn}),
+        ("step_start", {"turn": turn, "step": 1}),
+        ("assistant_message", {"content": "", "tool_calls": calls, "stop_reason": "tool_use"}),
+        ("tool_call", {"id": calls[0]["id"], "name": calls[0]["name"], "arguments": calls[0]["arguments"]}),
+    ]
+
+
+def build(path: Path, sessions: int, history: int) -> None:
+    turns = max(history // TURN, 0)
+    with journal.open(path, durability="normal") as j:
+        for s in range(sessions):
+            sid = f"user-{s:06d}"
+            j.create_session(sid)
+            for first in range(0, turns, 500):  # bounded transactions for long histories
+                j.append_many(sid, finished_turns(min(500, turns - first), first + 1))
+            j.append_many(sid, interrupted_turn(turns + 1))
+        j.checkpoint()
+
+
+def restart(path: Path) -> dict[str, float]:
+    times: dict[str, float] = {}
+    start = time.perf_counter()
+    with journal.open(path) as j:
+        times["open"] = time.perf_counter() - start
+        t = time.perf_counter()
+        report = j.scan()
+        times["scan"] = time.perf_counter() - t
+        t = time.perf_counter()
+        results = j.recover()
+        times["recover"] = time.perf_counter() - t
+        t = time.perf_counter()
+        after = j.scan()
+        times["scan_after"] = time.perf_counter() - t
+        times["total"] = time.perf_counter() - start
+    expected = len(report.open_turns)
+    repaired = sum(1 for r in results if len(r.appended) == 3)
+    if repaired != expected or after.open_turns:
+        sys.exit(f"restart left work: {repaired}/{expected} repaired, {len(after.open_turns)} still open")
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sessions", type=int, default=10_000)
+    parser.add_argument("--history", type=int, nargs="+", default=[25, 1000])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    out: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="journal-restart-") as tmp:
+        for history in args.history:
+            source = Path(tmp, f"h{history}.db")
+            t = time.perf_counter()
+            build(source, args.sessions, history)
+            print(f"built {args.sessions} sessions x {history} events of history in {time.perf_counter() - t:.0f} s "
+                  f"({os.path.getsize(source) / 1e6:.0f} MB)", file=sys.stderr)  # fmt: skip
+            rounds = []
+            for _ in range(args.rounds):
+                copy = Path(tmp, "round.db")
+                for suffix in ("", "-wal", "-shm"):
+                    Path(str(copy) + suffix).unlink(missing_ok=True)
+                shutil.copyfile(source, copy)
+                rounds.append(restart(copy))
+            out[str(history)] = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+            source.unlink()
+    if args.json:
+        print(json.dumps({"sessions": args.sessions, "medians_s": out}, indent=2))
+        return
+    print(f"restart of {args.sessions} interrupted sessions, durability=full, medians of {args.rounds} rounds (s)")
+    print(f"{'history':>8}  {'open':>7}  {'scan':>7}  {'recover':>8}  {'scan':>7}  {'total':>7}")
+    for history, m in out.items():
+        print(f"{history:>8}  {m['open']:7.3f}  {m['scan']:7.3f}  {m['recover']:8.3f}  {m['scan_after']:7.3f}  {m['total']:7.3f}")
+    if len(out) > 1:
+        first, last = list(out.values())[0], list(out.values())[-1]
+        print(f"total, longest history / shortest: {last['total'] / first['total']:.2f}x (target <= 1.5x)")
+    print(f"total under 1 s with the shortest history: {'yes' if list(out.values())[0]['total'] < 1 else 'no'}")
+
+
+if __name__ == "__main__":
+    main()
