@@ -24,7 +24,7 @@ from journal import log as _log
 from journal.errors import InvalidArgument, NotIndeterminate
 from journal.log import Log
 from journal.model import CallState, EffectKind, Event, OperatorOutcome, Risk, Vocabulary
-from journal.results import PendingCall, Results, call_row_txn, calls_in_state_txn, put_result_txn
+from journal.results import PendingCall, Results, call_row_txn, pending_calls_txn, put_result_txn
 from journal.store import Database, Store
 from journal.tools import Idempotent, Landed, NeverArrived, OperatorCallback, Queryable, Tool, ToolContext, ToolRegistry
 
@@ -177,8 +177,7 @@ class Effects:
         callbacks = [cb for cb in (registry.on_indeterminate, on_indeterminate) if cb is not None]
         self._deliver_pending(callbacks, session_id)
         with self._store.read() as db:
-            calls = calls_in_state_txn(db, CallState.DISPATCHED)
-        pending = [PendingCall.from_call(c) for c in calls if session_id is None or c.session_id == session_id]
+            pending = [p for p in pending_calls_txn(db) if session_id is None or p.session_id == session_id]
         out = []
         for call in pending:
             outcome, notice = self._recover_call(registry, call)

@@ -25,11 +25,11 @@ from journal import log as _log
 from journal.effects import Effects, IndeterminateCall, OperatorCallback
 from journal.errors import InvalidArgument, SessionNotFound
 from journal.log import Log
-from journal.model import CallState, Event, Phase, SubmissionState, Vocabulary
+from journal.model import Event, Phase, SubmissionState, Vocabulary
 from journal.owners import held_elsewhere
 from journal.pure.plan import Before, Repair, interrupted, open_turns, plan, synthetic_result
 from journal.queue import Queue, SubmissionInfo
-from journal.results import PendingCall, calls_in_state_txn, put_result_txn
+from journal.results import PendingCall, pending_calls_txn, put_result_txn
 from journal.store import Database, Store
 from journal.tools import ToolRegistry
 
@@ -189,28 +189,24 @@ def held_by_txn(db: Database, session_ids: list[str], now: int) -> dict[str, str
     return held
 
 
+_PHASES = {phase.value: phase for phase in Phase}
+
+
 def open_turns_txn(db: Database) -> list[OpenTurn]:
     """Every open turn with the calls it still owes (one statement)."""
-    turns: list[OpenTurn] = []
     now = _log.now_ms()
-    current: tuple[Any, ...] | None = None
-    owed: list[OwedCall] = []
-
-    def close() -> None:
-        if current is not None:
-            session_id, start_seq, turn, phase, attempt, submission_id, owner, *lease = current
-            held = _held(owner, *lease, now)
-            turns.append(OpenTurn(session_id, start_seq, turn, Phase(phase), attempt, submission_id, tuple(owed), owner, held))
-
+    found: dict[tuple[str, int], tuple[tuple[Any, ...], list[OwedCall]]] = {}
     for row in db.execute(_OPEN_TURNS_OWING):
-        head, (call_id, name, requested_seq, dispatch_seq) = row[:10], row[10:]
-        if current is None or head[:2] != current[:2]:
-            close()
-            current, owed = head, []
-        if call_id is not None:
-            owed.append(OwedCall(call_id, name, requested_seq, dispatch_seq))
-    close()
-    return turns
+        key = (row[0], row[1])
+        entry = found.get(key)
+        if entry is None:
+            entry = found[key] = (row[:10], [])
+        if row[10] is not None:
+            entry[1].append(OwedCall(*row[10:]))
+    return [
+        OpenTurn(sid, start, number, _PHASES[phase], attempt, sub_id, tuple(owed), owner, _held(owner, *lease, now))
+        for (sid, start, number, phase, attempt, sub_id, owner, *lease), owed in found.values()
+    ]
 
 
 def before_txn(db: Database, session_id: str, start: int, call_ids: set[str], *, fork: bool) -> Before:
@@ -293,7 +289,7 @@ class Recovery:
             stale, queued = self._queue.stale_txn(db, _log.now_ms())
             return ScanReport(
                 open_turns=tuple(open_turns_txn(db)),
-                pending_calls=tuple(PendingCall.from_call(c) for c in calls_in_state_txn(db, CallState.DISPATCHED)),
+                pending_calls=tuple(pending_calls_txn(db)),
                 indeterminate=tuple(self._effects.indeterminate_txn(db)),
                 stale_submissions=tuple(stale),
                 queued_submissions=tuple(queued),

@@ -149,24 +149,22 @@ class PendingCall:
     idempotency_key: str | None
     request_id: str | None
 
-    @classmethod
-    def from_call(cls, call: CallRow) -> PendingCall:
-        assert call.dispatch_seq is not None
-        return cls(call.session_id, call.call_id, call.name, call.dispatch_seq, call.effect, call.idempotency_key, call.request_id)
+
+def pending_calls_txn(db: Database) -> list[PendingCall]:
+    """Every dispatched call without a result: it may have run (the partial index of them)."""
+    return [
+        PendingCall(*row)
+        for row in db.execute(
+            "SELECT session_id, call_id, name, dispatch_seq, effect, idempotency_key, request_id "
+            "FROM tool_calls WHERE state = 'dispatched' ORDER BY session_id, dispatch_seq"
+        )
+    ]
 
 
 def call_row_txn(db: Database, session_id: str, call_id: str) -> CallRow | None:
     """The session's own ``tool_calls`` row of the call (not one inherited through a fork)."""
     row = db.one(f"SELECT {CallRow.COLUMNS} FROM tool_calls WHERE session_id = ? AND call_id = ?", (session_id, call_id))
     return None if row is None else CallRow.from_row(row)
-
-
-def calls_in_state_txn(db: Database, state: CallState) -> list[CallRow]:
-    """Every call in ``state`` (dispatched: may have run; indeterminate: awaiting an operator)."""
-    # The state is in the SQL text, not bound: SQLite then picks its partial index when it
-    # prepares the statement once, instead of preparing it again for each bound value.
-    sql = f"SELECT {CallRow.COLUMNS} FROM tool_calls WHERE state = '{CallState(state).value}' ORDER BY session_id, dispatch_seq"
-    return [CallRow.from_row(row) for row in db.execute(sql)]
 
 
 class Results:
