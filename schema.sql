@@ -18,6 +18,9 @@ CREATE TABLE sessions (
 ) STRICT;
 
 CREATE INDEX sessions_parent ON sessions (parent_id) WHERE parent_id IS NOT NULL;
+-- The listing order (oldest first, then by id): a page of sessions is a seek into this index and
+-- a walk of the page's length, not a sort of every session.
+CREATE INDEX sessions_created ON sessions (created_ms, id);
 
 CREATE TABLE events (
     session_id TEXT NOT NULL REFERENCES sessions (id),

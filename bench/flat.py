@@ -13,7 +13,12 @@ with the medians of many runs:
   does not drown the comparison;
 - ``journal.open()`` of each file (target: flat);
 - ``messages()`` on a 100-thousand-event session with 100 compactions, and on one half as long
-  (target: linear in the events, so the ratio is about 2, not events x replaces).
+  (target: linear in the events, so the ratio is about 2, not events x replaces);
+- ``messages(tail=50)`` on two 50-thousand-event sessions against a raw apsw
+  ``SELECT ... ORDER BY seq DESC LIMIT 50`` with ``json.loads`` of each row (target: at most 5x):
+  an agent's chat (turns with a tool call each) whose last 50 messages hold no compaction, and
+  the half-length session above, whose newest event is a compaction near the end of the
+  transcript (then the transcript's length before it must be counted: SQLite walks the session).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import apsw
 
 import journal
 
@@ -102,6 +109,12 @@ def transcript(j: journal.Journal, session_id: str, events: int, compactions: in
         j.append_many(session_id, items)
 
 
+def raw_tail(conn: apsw.Connection, session_id: str, n: int) -> list[tuple[int, str, object, int]]:
+    """The floor for ``messages(tail=n)``: the newest n rows by one query, each decoded."""
+    sql = "SELECT seq, type, data, time_ms FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT ?"
+    return [(seq, type_, json.loads(text), time_ms) for seq, type_, text, time_ms in conn.execute(sql, (session_id, n))]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--big", type=int, default=1_000_000, help="events in the big file")
@@ -133,12 +146,22 @@ def main() -> int:
             transcript(j, "full", 100_000, 100)
             results["messages_50k_ms"] = median_ms(lambda: j.messages("half"), 5)
             results["messages_100k_ms"] = median_ms(lambda: j.messages("full"), 5)
+            j.create_session("chat")
+            history(j, "chat", 50_000)
+            raw = apsw.Connection(str(Path(tmp, "messages.db")), flags=apsw.SQLITE_OPEN_READONLY)
+            for label, session_id in (("chat", "chat"), ("compacted", "half")):
+                assert j.messages(session_id, tail=50) == j.messages(session_id)[-50:]
+                results[f"tail_50_{label}_ms"] = median_ms(lambda s=session_id: j.messages(s, tail=50), 200)
+                results[f"raw_50_{label}_ms"] = median_ms(lambda s=session_id: raw_tail(raw, s, 50), 200)
+            raw.close()
     r = results
     ratios = {
         "scan big/small": r["scan_big_ms"] / r["scan_small_ms"],
         "fork long/short parent": r["fork_history_big_ms"] / r["fork_10_big_ms"],
         "open big/small": r["open_big_ms"] / r["open_small_ms"],
         "messages 100k/50k": r["messages_100k_ms"] / r["messages_50k_ms"],
+        "tail 50 / raw LIMIT 50 (chat)": r["tail_50_chat_ms"] / r["raw_50_chat_ms"],
+        "tail 50 / raw LIMIT 50 (compaction last)": r["tail_50_compacted_ms"] / r["raw_50_compacted_ms"],
         "bytes per event (big)": r["file_big_bytes"] / r["events_big"],
     }
     if args.json:
@@ -149,7 +172,14 @@ def main() -> int:
         unit = "" if key.startswith(("events", "file")) else " ms"
         print(f"{key:<44}{value:>12.3f}{unit}" if isinstance(value, float) else f"{key:<44}{value:>12}")
     print()
-    targets = {"scan big/small": 2.0, "fork long/short parent": 2.0, "open big/small": 2.0, "messages 100k/50k": 2.5}
+    targets = {
+        "scan big/small": 2.0,
+        "fork long/short parent": 2.0,
+        "open big/small": 2.0,
+        "messages 100k/50k": 2.5,
+        "tail 50 / raw LIMIT 50 (chat)": 5.0,
+        "tail 50 / raw LIMIT 50 (compaction last)": 5.0,
+    }
     for key, value in ratios.items():
         target = targets.get(key)
         verdict = "" if target is None else ("  ok" if value <= target else f"  MISS (target <= {target})")

@@ -86,6 +86,7 @@ class Journal:
     create_session = _delegate("_log", Log.create_session)
     session = _delegate("_log", Log.session)
     sessions = _delegate("_log", Log.sessions)
+    session_totals = _delegate("_log", Log.session_totals)
     append = _delegate("_log", Log.append)
     append_many = _delegate("_log", Log.append_many)
     events = _delegate("_log", Log.events)

@@ -164,7 +164,14 @@ class Event:
 
 @attrs.frozen
 class Session:
-    """A session: its id, how many events its log holds, and where it was forked from."""
+    """A session: its id, how many events its log holds, where it was forked from, and when it
+    last changed.
+
+    ``count`` includes the events a fork reads through its parent. ``last_ms`` is the
+    ``time_ms`` of the session's last own event (the highest seq), or ``created_ms`` while it
+    has none (a new session, a fork not yet appended to): inherited events are the parent's
+    activity, not the fork's.
+    """
 
     id: str
     count: int
@@ -172,6 +179,9 @@ class Session:
     meta: dict[str, Any] | None = attrs.field(default=None, hash=False)
     parent_id: str | None = None
     seed_length: int = 0
+    # Last, with a default: the existing fields keep their order (``to_dict`` is the CLI's
+    # contract) and the calls that make a session with no own events need not name it.
+    last_ms: int = attrs.field(default=attrs.Factory(lambda self: self.created_ms, takes_self=True))
 
     def to_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)

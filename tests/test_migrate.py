@@ -1,9 +1,10 @@
-"""An older journal (schema version 1) is brought to the current version when it is opened.
+"""An older journal (schema version 1, or 3) is brought to the current version when it is opened.
 
 `tests/data/schema_v1.sql` is schema.sql as version 1 shipped it. A version-1 file is made with
 it and filled through raw SQL (its own triggers derive the turn journal and the tool calls), then
 opened by the library: the migration runs in one transaction, keeps every row, and leaves a file
 that behaves exactly like a new one (G13: never downgraded; a read-only open migrates nothing).
+A version-3 file is today's schema without version 4's one addition, the listing index.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import pytest
 
 import journal
 from journal import crash, store
+from journal.escape import dumps
+from journal.transfer import import_lines
 
 from .conftest import run_child
 
@@ -163,3 +166,74 @@ def test_a_kill_during_the_migration_leaves_a_file_the_next_open_migrates(tmp_pa
         assert j.integrity_check() == ["ok"]
         assert j.check() == []
     assert rows(path) == before
+
+
+def make_v3_journal(path: Path) -> None:
+    """A version-3 journal: today's schema without the listing index (version 4's one change),
+    with sessions created out of id order, a fork, and events."""
+    created = {"c": 1, "a": 2, "b": 2}  # listing order: c, then a and b (a tie, so by id)
+    lines = []
+    for sid, created_ms in created.items():
+        lines.append(dumps({"session": {"id": sid, "meta": {"title": sid}, "created_ms": created_ms}}))
+        event = {"session_id": sid, "seq": 0, "type": "user_message", "data": {"content": sid}, "time_ms": 5}
+        lines.append(dumps({"event": event}))
+    with journal.open(path) as j:
+        import_lines(j, lines)
+        j.fork("a", 0, id="f")
+    conn = apsw.Connection(str(path))
+    with conn:
+        conn.execute("DROP INDEX sessions_created")
+        conn.pragma("user_version", 3)
+    conn.close()
+
+
+def index_sql(path: Path, name: str) -> str | None:
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return conn.execute("SELECT sql FROM sqlite_schema WHERE type = 'index' AND name = ?", (name,)).get
+    finally:
+        conn.close()
+
+
+def test_g13_a_version_3_journal_gains_the_listing_index_keeping_every_row(tmp_path: Path) -> None:
+    old = tmp_path / "old.db"
+    make_v3_journal(old)
+    before = rows(old)
+    assert index_sql(old, "sessions_created") is None
+    with journal.open(old) as j:
+        assert [(s.id, s.count) for s in j.sessions()] == [("c", 1), ("a", 1), ("b", 1), ("f", 1)]
+        assert [s.id for s in j.sessions(limit=2, after="a")] == ["b", "f"]
+        assert j.check() == []
+    assert rows(old) == before
+    new = tmp_path / "new.db"
+    journal.open(new).close()
+    assert schema_objects(old) == schema_objects(new)
+    assert index_sql(old, "sessions_created") == index_sql(new, "sessions_created") is not None
+    conn = apsw.Connection(str(old))
+    assert conn.pragma("user_version") == store.SCHEMA_VERSION == 4
+    assert conn.pragma("integrity_check") == "ok"
+    conn.close()
+
+
+def test_a_version_1_journal_is_migrated_to_the_listing_index_too(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    make_v1_journal(path)
+    journal.open(path).close()
+    new = tmp_path / "new.db"
+    journal.open(new).close()
+    assert index_sql(path, "sessions_created") == index_sql(new, "sessions_created") is not None
+
+
+def test_g13_a_read_only_open_of_a_version_3_journal_pages_its_sessions_and_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    make_v3_journal(path)
+    apsw.Connection(str(path)).close()  # fold the WAL in, so the bytes below are the whole file
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    with journal.open(path, readonly=True) as j:
+        everything = j.sessions()
+        assert [s.id for s in everything] == ["c", "a", "b", "f"]
+        pages = [j.sessions(limit=3), j.sessions(limit=3, after="b")]
+        assert [s for page in pages for s in page] == everything  # without the index: sorted
+        assert j.session("f").count == 1
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == digest
+    assert index_sql(path, "sessions_created") is None

@@ -46,8 +46,10 @@ def append(db: str, session: str, type: str, data: str, create: bool) -> None:
               help="log: every event; messages: the folded transcript; provider: what a model is sent.")  # fmt: skip
 @click.option("--since", type=click.IntRange(0, SEQ_MAX), default=None,
               help="Only events with seq >= SINCE (log view).")  # fmt: skip
+@click.option("--tail", type=click.IntRange(0, SEQ_MAX), default=None,
+              help="Only the last N items of the view: events, messages, or what a model is sent.")  # fmt: skip
 @output_options
-def show(db: str, session: str, view: str, since: int | None, as_json: bool, as_nl: bool) -> None:
+def show(db: str, session: str, view: str, since: int | None, tail: int | None, as_json: bool, as_nl: bool) -> None:
     """Show a session: its log with turns, steps, dispatches and risk markers."""
     if since is not None and view != "log":
         raise click.UsageError(f"--since applies to the log view only, not --view {view}")
@@ -55,15 +57,17 @@ def show(db: str, session: str, view: str, since: int | None, as_json: bool, as_
         info = j.session(session)
         document: dict[str, Any] = {"session": info.to_dict(), "view": view}
         if view == "log":
-            found = j.events(session, since=since)
+            found = j.events(session, since=_log_start(info.count, since, tail))
+            if tail is not None:  # events appended since the count was read are past it
+                found = found[max(len(found) - tail, 0) :]
             document["items"] = [e.to_dict() for e in found]
             render_lines = partial(render.transcript, found)
         elif view == "messages":
-            messages = j.messages(session)
+            messages = j.messages(session, tail=tail)
             document["items"] = [m.to_dict() for m in messages]
             render_lines = partial(render.messages, messages)
         else:
-            shaped = j.provider_view(session)
+            shaped = j.provider_view(session, tail=tail)
             document["items"] = [m.to_dict() for m in shaped.messages]
             document["missing"] = [
                 {"assistant_seq": m.assistant_seq, "tool_call_id": m.tool_call_id, "name": m.name}
@@ -73,6 +77,12 @@ def show(db: str, session: str, view: str, since: int | None, as_json: bool, as_
     parent = f", fork of {info.parent_id}" if info.parent_id else ""
     header = f"session {info.id} ({info.count} events{parent})"
     output(document, document["items"], _rendered(render_lines, header), as_json=as_json, as_nl=as_nl)
+
+
+def _log_start(count: int, since: int | None, tail: int | None) -> int:
+    """The first seq the log view shows: from ``since``, and among the last ``tail`` events."""
+    start = since or 0
+    return start if tail is None else max(start, count - tail)
 
 
 @main.command()

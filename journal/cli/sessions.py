@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import click
 
-from journal import Session
+from journal import Journal, Session
 from journal.cli.app import main
 from journal.cli.options import SEQ_MAX, db_option, open_journal
 from journal.cli.output import output, output_options
 from journal.cli.render import echo
-from journal.escape import escape
+from journal.escape import dumps, escape
 
 
 @main.command()
@@ -24,15 +26,49 @@ def init(db: str, durability: str) -> None:
         echo(f"journal ready: {j.path}")
 
 
+# Sessions read per query: a file of 100,000 sessions is listed without holding them all.
+PAGE = 1000
+
+
 @main.command()
 @db_option
 @output_options
 def sessions(db: str, as_json: bool, as_nl: bool) -> None:
     """List the sessions, oldest first."""
     with open_journal(db, readonly=True) as j:
-        found = j.sessions()
-    items = [s.to_dict() for s in found]
-    output({"sessions": items}, items, map(_session_line, found), as_json=as_json, as_nl=as_nl)
+        if as_json:
+            _print_json_pages("sessions", ([s.to_dict() for s in page] for page in _pages(j)))
+        else:
+            found = (s for page in _pages(j) for s in page)  # only the chosen form consumes it
+            output(None, (s.to_dict() for s in found), map(_session_line, found), as_json=False, as_nl=as_nl)
+
+
+def _pages(j: Journal) -> Iterator[list[Session]]:
+    """Every session, oldest first, a page (one query) at a time."""
+    after: str | None = None
+    while True:
+        page = j.sessions(limit=PAGE, after=after)
+        if page:
+            yield page
+        if len(page) < PAGE:
+            return
+        after = page[-1].id
+
+
+def _print_json_pages(key: str, pages: Iterable[list[dict[str, Any]]]) -> None:
+    """Print ``{key: [items...]}`` a page at a time, byte for byte as ``print_json`` prints it whole.
+
+    ``output`` needs the whole document, which 100,000 sessions should not be. ``dumps(page,
+    indent=2)`` lays a page's items out one level shallower than the document does: its
+    brackets cut off and two spaces put after each newline, it is the document's text for them
+    (every raw newline is the layout's: json escapes those in strings)."""
+    opened = False
+    for items in pages:
+        text = dumps(items, indent=2)  # "[\n  {...},\n  {...}\n]"
+        head = ",\n  " if opened else "{\n  " + dumps(key) + ": [\n  "
+        click.echo(head + text[2:-2].replace("\n", "\n  "), nl=False)
+        opened = True
+    click.echo("\n  ]\n}" if opened else dumps({key: []}, indent=2))
 
 
 def _session_line(s: Session) -> str:
@@ -85,13 +121,12 @@ def purge(db: str, session: str, copy_forks: bool, yes: bool) -> None:
 def stats(db: str, as_json: bool, as_nl: bool) -> None:
     """Counts: sessions, events, open turns, unresolved calls, file size."""
     with open_journal(db, readonly=True) as j:
-        found = j.sessions()
+        totals = j.session_totals()  # counted in SQL: no Session is built
         report = j.scan()
+    counts = {"sessions": totals.sessions, "forks": totals.forks, "events": totals.events}
     size = sum(os.path.getsize(p) for p in (db, db + "-wal") if os.path.exists(p))
     document = {
-        "sessions": len(found),
-        "forks": sum(1 for s in found if s.parent_id),
-        "events": sum(s.count - s.seed_length for s in found),
+        **counts,
         "open_turns": len(report.open_turns),
         "pending_calls": len(report.pending_calls),
         "indeterminate": len(report.indeterminate),

@@ -3,10 +3,13 @@
 Pure functions over lists of :class:`~journal.model.Event`; no I/O.
 
 - :func:`fold` applies the compaction ops (``surface_op``) and returns every surviving surface
-  message in transcript order.
+  message in transcript order; :func:`fold_outline` does the same over an outline of the log in
+  which runs of plain appends stand unread, and :func:`appended_tail` gives the transcript's last
+  messages from the log's newest events when they can tell.
 - :func:`provider_view` shapes that transcript for a provider request: each assistant message's
   tool results directly after it in call order, aborted and errored assistant messages left out,
-  calls still owed a result reported (never invented).
+  calls still owed a result reported (never invented); :func:`provider_tail` gives its last
+  messages from the transcript's last messages alone.
 - :func:`to_openai` and :func:`to_anthropic` turn messages into the plain dicts those APIs take.
 """
 
@@ -15,7 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from operator import attrgetter
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -25,7 +28,12 @@ __all__ = [
     "Message",
     "MissingResult",
     "ProviderView",
+    "appended_tail",
     "fold",
+    "fold_outline",
+    "is_compaction",
+    "messages_of",
+    "provider_tail",
     "provider_view",
     "to_anthropic",
     "to_openai",
@@ -89,6 +97,13 @@ class ProviderView:
     messages: list[Message] = attrs.field(hash=False)
     missing: tuple[MissingResult, ...] = ()
 
+    def tail(self, n: int) -> ProviderView:
+        """The last ``n`` messages (none for 0), and the calls still owed a result by the
+        assistant messages among them (an assistant cut off before them is not asked about)."""
+        messages = _last(self.messages, n)
+        kept = {m.seq for m in messages if m.role == "assistant"}
+        return ProviderView(messages=messages, missing=tuple(m for m in self.missing if m.assistant_seq in kept))
+
 
 def fold(events: Iterable[Event]) -> list[Message]:
     """Fold surface events, in seq order, into the transcript as it stands after compaction.
@@ -99,19 +114,68 @@ def fold(events: Iterable[Event]) -> list[Message]:
     that come after it, however large ``stop`` is. A ``start`` at or past the end appends.
     Bookkeeping and ``x.`` events are ignored. Never raises on a malformed op: it appends.
     """
-    folded: list[Event] = []
-    for event in sorted(events, key=attrgetter("seq")):
-        if event.type not in SURFACE_TYPES:
-            continue
+    folded = fold_outline(sorted(events, key=attrgetter("seq")))
+    return messages_of(cast("list[Event]", folded))  # no range in, so no number out
+
+
+def fold_outline(outline: Iterable[Event | range]) -> list[Event | int]:
+    """``fold`` over an outline of a log: its events in seq order, except that a run of surface
+    events that only append may stand as a ``range`` of numbers, unread.
+
+    Returns the folded transcript, each unread event as its number: only the events that replace
+    need reading to know where every message stands. The caller reads the numbers it keeps.
+    """
+    folded: list[Event | int] = []
+    for item in outline:
+        if isinstance(item, range):
+            folded.extend(item)
+        elif item.type in SURFACE_TYPES:
+            span = _replace_span(item.data.get("surface_op"))
+            if span is None:
+                folded.append(item)
+            else:
+                # One slice assignment: O(removed) decrefs plus one memmove of the tail. Python's
+                # slice clipping gives exactly fold's rules (stop past the end, start == len).
+                start, stop = span
+                folded[start : stop + 1] = (item,)
+    return folded
+
+
+def is_compaction(event: Event) -> bool:
+    """Whether the event is a surface event that replaces a range (``fold`` does not append it)."""
+    return event.type in SURFACE_TYPES and _replace_span(event.data.get("surface_op")) is not None
+
+
+def appended_tail(newest_first: Sequence[Event], n: int, *, whole: bool = False) -> list[Message] | None:
+    """The transcript's last ``n`` messages (all, if it has fewer) from the log's newest events,
+    given newest first (``whole``: they are all of it), or ``None`` when they cannot tell.
+
+    Walking back, each plain append is the next message from the end. A compaction stands at its
+    ``start`` and removes up to ``stop``: it leaves the messages still to find alone only if the
+    transcript held at least ``stop + 1`` more than them before it. The events given before it,
+    folded on their own, prove that when they make that many (the transcript before it can only
+    be longer: each step of ``fold`` keeps lengths in order). Otherwise where it stands depends
+    on a length the events cannot tell: ``None``, as when they run out before ``n`` are found,
+    unless they are the whole log.
+    """
+    if whole:
+        return _last(fold(newest_first), n)
+    surface = [event for event in newest_first if event.type in SURFACE_TYPES]
+    found: list[Event] = []
+    for index, event in enumerate(surface):
+        if len(found) == n:
+            break
         span = _replace_span(event.data.get("surface_op"))
         if span is None:
-            folded.append(event)
-        else:
-            # One slice assignment: O(removed) decrefs plus one memmove of the tail. Python's
-            # slice clipping gives exactly the semantics above (stop past the end, start == len).
-            start, stop = span
-            folded[start : stop + 1] = (event,)
-    return [_message(event) for event in folded]
+            found.append(event)
+        elif len(fold_outline(reversed(surface[index + 1 :]))) < span[1] + 1 + n - len(found):
+            return None
+    return messages_of(reversed(found)) if len(found) == n else None
+
+
+def messages_of(events: Iterable[Event]) -> list[Message]:
+    """The messages of surface events as they stand, in the order given (no folding)."""
+    return [_message(event) for event in events]
 
 
 def provider_view(events: Iterable[Event]) -> ProviderView:
@@ -123,7 +187,31 @@ def provider_view(events: Iterable[Event]) -> ProviderView:
     is not in the transcript (compacted away, left out) is left out. A call with no result is
     listed in ``missing``; the caller decides what to do about it.
     """
-    folded = fold(events)
+    return _shaped(fold(events))
+
+
+def provider_tail(last: Sequence[Message], n: int, *, whole: bool) -> ProviderView | None:
+    """``provider_view(events).tail(n)`` from the transcript's last messages ``last`` alone
+    (``whole``: they are all of it), or ``None`` when they are too few to tell.
+
+    What follows an assistant message in the provider view (its results) is found in the
+    transcript from that message on, so shaping the transcript's last messages gives the end of
+    the provider view exactly: the blocks of the messages among them. It may come out shorter
+    than ``last`` (results of earlier assistants, left-out answers); then more are needed.
+    """
+    view = _shaped(last)
+    if len(view.messages) < n and not whole:
+        return None
+    return view.tail(n)
+
+
+def _last(messages: list[Message], n: int) -> list[Message]:
+    """The last ``n`` messages (none for 0: not ``messages[-0:]``)."""
+    return messages[max(len(messages) - n, 0) :]
+
+
+def _shaped(folded: Sequence[Message]) -> ProviderView:
+    """``provider_view`` of an already folded transcript."""
     # A result belongs to the nearest kept assistant message before it that made a call with its
     # id (providers may reuse ids across turns). Left-out assistants own nothing, so a late result
     # for a kept call is never swallowed by an aborted message that repeats the id.

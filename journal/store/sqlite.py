@@ -41,7 +41,8 @@ from journal.store import header as _header
 APPLICATION_ID = 0x4A524E4C  # "JRNL"
 # 2: the derived-state triggers became one gate trigger and a view; the seq trigger one lookup.
 # 3: the turn journal names the process driving each turn (owner).
-SCHEMA_VERSION = 3
+# 4: an index on sessions (created_ms, id) pages the listing.
+SCHEMA_VERSION = 4
 SQLITE_HEADER = _header.SQLITE_HEADER
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
 
@@ -87,8 +88,15 @@ def _migrate_2(db: SqliteDatabase) -> None:
     db.execute("ALTER TABLE turn_journal ADD COLUMN owner TEXT")
 
 
+def _migrate_3(db: SqliteDatabase) -> None:
+    """Version 3 to 4: the index that pages the sessions in listing order (``sessions()``).
+    Building it reads every session once; a read-only open of a version-3 file lists the
+    sessions without it, sorting them for each page."""
+    db.execute("CREATE INDEX sessions_created ON sessions (created_ms, id)")
+
+
 # Each migration takes a file from its version to the next, inside the opening transaction.
-MIGRATIONS: dict[int, Callable[[SqliteDatabase], None]] = {1: _migrate_1, 2: _migrate_2}
+MIGRATIONS: dict[int, Callable[[SqliteDatabase], None]] = {1: _migrate_1, 2: _migrate_2, 3: _migrate_3}
 
 
 def _translate(
