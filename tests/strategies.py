@@ -185,3 +185,26 @@ def conversations(draw):
         else:
             items.append(step_end(outcome=None))
     return log(*items, clock_ms=1000)
+
+
+def appendable_items(call_ids: tuple[str, ...] = ("c1", "c2", "c3"), *, max_calls: int = 2, named: bool = False):
+    """Items a plain append takes, in any order (turns, steps, requests, dispatches, results):
+    logs that exercise the recovery planner through the database. ``named``: each call's tool is
+    ``t<id>`` (else ``t``)."""
+    calls = st.sampled_from(list(call_ids))
+
+    def tool(call_id: str) -> str:
+        return f"t{call_id}" if named else "t"
+
+    return st.one_of(
+        st.just(("turn_start", {"turn": 1})),
+        st.just(("turn_end", {"turn": 1, "steps": 0, "reason": "complete"})),
+        st.just(("step_start", {"turn": 1, "step": 1})),
+        st.just(("step_end", {"turn": 1, "step": 1, "outcome": "ok"})),
+        st.lists(calls, min_size=1, max_size=max_calls, unique=True).map(
+            lambda ids: ("assistant_message", {"content": "", "tool_calls": [{"id": i, "name": tool(i), "arguments": {}} for i in ids]})
+        ),
+        calls.map(lambda i: ("tool_call", {"id": i, "name": tool(i)})),
+        calls.map(lambda i: ("tool_result", {"tool_call_id": i, "content": "r"})),
+        st.just(("user_message", {"content": "hi"})),
+    )

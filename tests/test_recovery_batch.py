@@ -20,20 +20,9 @@ from hypothesis import strategies as st
 import journal
 from journal.pure import plan as pure
 from tests.conftest import python_child, run_child
+from tests.strategies import appendable_items
 
-_calls = st.sampled_from(["c1", "c2", "c3", "c4"])
-_items = st.one_of(
-    st.just(("turn_start", {"turn": 1})),
-    st.just(("turn_end", {"turn": 1, "steps": 0, "reason": "complete"})),
-    st.just(("step_start", {"turn": 1, "step": 1})),
-    st.just(("step_end", {"turn": 1, "step": 1, "outcome": "ok"})),
-    st.lists(_calls, min_size=1, max_size=3, unique=True).map(
-        lambda ids: ("assistant_message", {"content": "", "tool_calls": [{"id": i, "name": f"t{i}", "arguments": {}} for i in ids]})
-    ),
-    _calls.map(lambda i: ("tool_call", {"id": i, "name": f"t{i}"})),
-    _calls.map(lambda i: ("tool_result", {"tool_call_id": i, "content": "r"})),
-    st.just(("user_message", {"content": "hi"})),
-)
+_items = appendable_items(("c1", "c2", "c3", "c4"), max_calls=3, named=True)
 _logs = st.lists(_items, max_size=30)
 
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import journal
 from journal import Phase, Risk
 from journal import recovery as pure
+from tests.strategies import appendable_items
 
 from .conftest import python_child, run_child
 
@@ -156,19 +157,7 @@ def test_g8_two_processes_recovering_at_once_produce_one_set_of_repairs(j: journ
 
 # -- properties over random logs, through the database ----------------------------------------
 
-_calls = st.sampled_from(["c1", "c2", "c3"])
-_items = st.one_of(
-    st.just(("turn_start", {"turn": 1})),
-    st.just(("turn_end", {"turn": 1, "steps": 0, "reason": "complete"})),
-    st.just(("step_start", {"turn": 1, "step": 1})),
-    st.just(("step_end", {"turn": 1, "step": 1, "outcome": "ok"})),
-    st.lists(_calls, min_size=1, max_size=2, unique=True).map(
-        lambda ids: ("assistant_message", {"content": "", "tool_calls": [{"id": i, "name": "t", "arguments": {}} for i in ids]})
-    ),
-    _calls.map(lambda i: ("tool_call", {"id": i, "name": "t"})),
-    _calls.map(lambda i: ("tool_result", {"tool_call_id": i, "content": "r"})),
-    st.just(("user_message", {"content": "hi"})),
-)
+_items = appendable_items()
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
