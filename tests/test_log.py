@@ -247,3 +247,52 @@ def test_event_data_is_stored_as_the_standard_compact_json_and_returned_as_its_d
     text, copy = Codec().encode_copy("x.any", data)
     assert text == json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     assert copy == json.loads(text) and copy is not data
+
+
+def _requested(j: journal.Journal, session_id: str, *call_ids: str) -> journal.Turn:
+    turn = j.turn_start(session_id)
+    turn.step_start()
+    turn.assistant("", tool_calls=[{"id": c, "name": "t", "arguments": {}} for c in call_ids])
+    return turn
+
+
+def test_g5_g6_a_lone_dispatch_or_result_is_one_insert_and_a_second_one_is_refused(j, fresh, monkeypatch) -> None:
+    lone: list[object] = []
+    write_one = store.SqliteStore.write_one
+    monkeypatch.setattr(store.SqliteStore, "write_one", lambda self, *a, **k: lone.append(write_one(self, *a, **k)) or lone[-1])
+    j.create_session("s")
+    _requested(j, "s", "c1")
+    j.append("s", "tool_call", {"id": "c1", "name": "t"})
+    j.append("s", "tool_result", {"tool_call_id": "c1", "content": "first"})
+    assert lone == [1, 1]  # each was one autocommit INSERT
+    with pytest.raises(journal.AlreadyDispatched):
+        j.append("s", "tool_call", {"id": "c1", "name": "t"})
+    with pytest.raises(journal.ResultExists):
+        j.append("s", "tool_result", {"tool_call_id": "c1", "content": "second"})
+    types = [(e.type, e.data.get("content")) for e in fresh().events("s")]
+    assert types.count(("tool_call", None)) == 1 and ("tool_result", "first") in types
+    assert ("tool_result", "second") not in types
+
+
+def test_g5_a_result_the_parent_holds_wins_in_a_fork_on_a_lone_append_too(j, fresh) -> None:
+    j.create_session("p")
+    turn = _requested(j, "p", "c1")
+    j.put_result("p", "c1", "parent's")
+    turn.step_end()
+    turn.complete()
+    j.fork("p", id="f")
+    j.append("f", "user_message", {"content": "the fork's own first event"})  # the seq is now known
+    with pytest.raises(journal.ResultExists):
+        j.append("f", "tool_result", {"tool_call_id": "c1", "content": "fork's"})
+    assert [e.data.get("content") for e in fresh().events("f") if e.type == "tool_result"] == ["parent's"]
+
+
+def test_g6_a_lone_dispatch_outside_an_open_turn_is_refused_and_writes_nothing(j, fresh) -> None:
+    j.create_session("s")
+    turn = _requested(j, "s", "c1")
+    turn.step_end()
+    turn.complete()
+    count = j.count("s")
+    with pytest.raises(journal.NoOpenTurn):
+        j.append("s", "tool_call", {"id": "c1", "name": "t"})
+    assert fresh().count("s") == count
