@@ -195,18 +195,26 @@ _PHASES = {phase.value: phase for phase in Phase}
 def open_turns_txn(db: Database) -> list[OpenTurn]:
     """Every open turn with the calls it still owes (one statement)."""
     now = _log.now_ms()
-    found: dict[tuple[str, int], tuple[tuple[Any, ...], list[OwedCall]]] = {}
-    for row in db.execute(_OPEN_TURNS_OWING):
-        key = (row[0], row[1])
-        entry = found.get(key)
-        if entry is None:
-            entry = found[key] = (row[:10], [])
-        if row[10] is not None:
-            entry[1].append(OwedCall(*row[10:]))
-    return [
-        OpenTurn(sid, start, number, _PHASES[phase], attempt, sub_id, tuple(owed), owner, _held(owner, *lease, now))
-        for (sid, start, number, phase, attempt, sub_id, owner, *lease), owed in found.values()
-    ]
+    turns: list[OpenTurn] = []
+    owed: list[OwedCall] = []
+    head: tuple[Any, ...] = ()
+    for sid, start, number, phase, attempt, sub_id, owner, state, lease, expires, call_id, name, req, disp in db.execute(
+        _OPEN_TURNS_OWING
+    ):
+        if not head or start != head[1] or sid != head[0]:  # a turn's rows come together (ORDER BY)
+            if head:
+                turns.append(_open_turn(head, owed, now))
+            head, owed = (sid, start, number, phase, attempt, sub_id, owner, state, lease, expires), []
+        if call_id is not None:
+            owed.append(OwedCall(call_id, name, req, disp))
+    if head:
+        turns.append(_open_turn(head, owed, now))
+    return turns
+
+
+def _open_turn(head: tuple[Any, ...], owed: list[OwedCall], now: int) -> OpenTurn:
+    sid, start, number, phase, attempt, sub_id, owner, *lease = head
+    return OpenTurn(sid, start, number, _PHASES[phase], attempt, sub_id, tuple(owed), owner, _held(owner, *lease, now))
 
 
 def before_txn(db: Database, session_id: str, start: int, call_ids: set[str], *, fork: bool) -> Before:
