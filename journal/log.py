@@ -301,6 +301,8 @@ _LISTING_AFTER = (
     "(SELECT created_ms, id FROM sessions WHERE id = ? AND purged_ms IS NULL) "
     "ORDER BY s.created_ms, s.id LIMIT ?"
 )
+# After a listed Session: its key is known, so a page follows it even if it was purged since.
+_LISTING_AFTER_KEY = f"{_SESSION_ROW} AND (s.created_ms, s.id) > (?, ?) ORDER BY s.created_ms, s.id LIMIT ?"
 _EXISTS = "SELECT 1 FROM sessions WHERE id = ? AND purged_ms IS NULL"
 _TOTALS = (
     "SELECT count(*), count(s.parent_id), "
@@ -328,8 +330,8 @@ def _check_page(limit: object, after: object) -> None:
     """``sessions()``'s paging arguments, refused before anything is read."""
     if limit is not None:
         check_int("limit", limit, minimum=1)
-    if after is not None and not isinstance(after, str):
-        raise InvalidArgument("after", f"must be a session id (a str) or None, not {type(after).__name__}")
+    if after is not None and not isinstance(after, (str, Session)):
+        raise InvalidArgument("after", f"must be a session id, a Session or None, not {type(after).__name__}")
 
 
 @attrs.frozen
@@ -374,19 +376,23 @@ class Log:
             raise SessionNotFound(id)
         return _sessions_from_rows([row])[0]
 
-    def sessions(self, *, limit: int | None = None, after: str | None = None) -> list[Session]:
+    def sessions(self, *, limit: int | None = None, after: str | Session | None = None) -> list[Session]:
         """Sessions oldest first (by ``created_ms``, then id), in one query: all of them, or a
-        page of at most ``limit`` starting after the session ``after``.
+        page of at most ``limit`` starting after the session ``after`` (its id, or a ``Session``
+        a page returned).
 
-        Page on with ``after=page[-1].id`` until a page is shorter than ``limit``. Each page is
-        its own snapshot: a session created meanwhile may or may not appear, none appears twice.
-        An unknown (or purged) ``after`` raises ``SessionNotFound``; a bad argument
-        ``InvalidArgument``, before anything is read."""
+        Page on with ``after=page[-1]`` until a page is shorter than ``limit``: that goes on even
+        if the session was purged meanwhile. Each page is its own snapshot: a session created
+        meanwhile may or may not appear, none appears twice. An unknown (or purged) id as
+        ``after`` raises ``SessionNotFound``; a bad argument ``InvalidArgument``, before anything
+        is read."""
         _check_page(limit, after)
         bound = -1 if limit is None else limit
         with self._store.read() as db:
             if after is None:
                 rows = list(db.execute(_LISTING, (bound,)))
+            elif isinstance(after, Session):
+                rows = list(db.execute(_LISTING_AFTER_KEY, (after.created_ms, after.id, bound)))
             else:
                 rows = list(db.execute(_LISTING_AFTER, (after, bound)))
                 # Only an empty page can hide an unknown `after`: its key would match nothing.

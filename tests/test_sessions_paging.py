@@ -321,3 +321,14 @@ def test_stats_counts_page_by_page_what_the_sessions_hold(db_path: Path, paged_c
     expected = (len(found), sum(1 for s in found if s.parent_id), sum(s.count - s.seed_length for s in found))
     assert (stats["sessions"], stats["forks"], stats["events"]) == expected
     assert (totals.sessions, totals.forks, totals.events) == expected == (8, 1, 6)
+
+
+def test_paging_after_a_listed_session_goes_on_even_if_it_was_purged_meanwhile(j) -> None:
+    for n in range(5):
+        j.create_session(f"s{n}")
+    first = j.sessions(limit=2)
+    j.purge(first[-1].id)
+    rest = j.sessions(after=first[-1])
+    assert [s.id for s in first] + [s.id for s in rest] == ["s0", "s1", "s2", "s3", "s4"]
+    with pytest.raises(journal.SessionNotFound):
+        j.sessions(after=first[-1].id)  # by id, a purged session is unknown

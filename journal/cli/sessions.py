@@ -45,14 +45,14 @@ def sessions(db: str, as_json: bool, as_nl: bool) -> None:
 
 def _pages(j: Journal) -> Iterator[list[Session]]:
     """Every session, oldest first, a page (one query) at a time."""
-    after: str | None = None
+    after: Session | None = None
     while True:
-        page = j.sessions(limit=PAGE, after=after)
+        page = j.sessions(limit=PAGE, after=after)  # after a Session: even one purged meanwhile
         if page:
             yield page
         if len(page) < PAGE:
             return
-        after = page[-1].id
+        after = page[-1]
 
 
 def _print_json_pages(key: str, pages: Iterable[list[dict[str, Any]]]) -> None:
