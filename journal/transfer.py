@@ -27,6 +27,7 @@ from journal.codec import Codec, check_int
 from journal.engine import Journal
 from journal.errors import InvalidArgument, InvalidEvent
 from journal.escape import dumps
+from journal.model import Session
 from journal.store import SQLITE_HEADER
 
 _SESSION_KEYS = frozenset({"id", "meta", "created_ms"})
@@ -35,12 +36,26 @@ _EVENT_KEYS = frozenset({"session_id", "seq", "type", "data", "time_ms"})
 
 def export_lines(j: Journal, session_ids: Iterable[str] | None = None) -> Iterator[str]:
     """The sessions (all of them, oldest first, by default) as JSON lines, without newlines."""
-    ids = [s.id for s in j.sessions()] if session_ids is None else list(session_ids)
-    for sid in ids:
-        info = j.session(sid)
+    found = _every_session(j) if session_ids is None else (j.session(sid) for sid in list(session_ids))
+    for info in found:
+        sid = info.id
         yield dumps({"session": {"id": info.id, "meta": info.meta, "created_ms": info.created_ms}})
         for event in j.events(sid):
             yield dumps({"event": event.to_dict()})
+
+
+_PAGE = 1000
+
+
+def _every_session(j: Journal) -> Iterator[Session]:
+    """Every session, oldest first, a page at a time (never all of them held at once)."""
+    after: Session | None = None
+    while True:
+        page = j.sessions(limit=_PAGE, after=after)
+        yield from page
+        if len(page) < _PAGE:
+            return
+        after = page[-1]
 
 
 def export_file(j: Journal, path: str, session_ids: Iterable[str] | None = None) -> int:

@@ -142,3 +142,12 @@ def test_a_kill_at_an_import_commit_leaves_the_session_whole_or_absent(point: st
         for s in b.sessions():
             assert b.events(s.id) == a.events(s.id)
         assert b.integrity_check() == ["ok"] and b.check() == []
+
+
+def test_export_pages_through_the_sessions_oldest_first(j, monkeypatch) -> None:
+    monkeypatch.setattr(transfer, "_PAGE", 2)
+    for n in range(5):
+        j.create_session(f"s{n}")
+        j.append(f"s{n}", "user_message", {"content": f"m{n}"})
+    sessions = [json.loads(line)["session"]["id"] for line in transfer.export_lines(j) if line.startswith('{"session"')]
+    assert sessions == ["s0", "s1", "s2", "s3", "s4"]
