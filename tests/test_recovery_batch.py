@@ -40,7 +40,7 @@ def _shape(j: journal.Journal, session_id: str) -> list[tuple[str, dict]]:
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(items=_logs, more=_logs, fork_at=st.integers(min_value=0, max_value=40))
-def test_the_plan_from_the_open_work_is_the_plan_of_the_whole_log(tmp_path_factory, items, more, fork_at) -> None:
+def test_g8_the_plan_from_the_open_work_is_the_plan_of_the_whole_log(tmp_path_factory, items, more, fork_at) -> None:
     path = tmp_path_factory.mktemp("window") / "j.db"
     with journal.open(path, durability="normal") as j:
         s = j.create_session("s").id
@@ -57,7 +57,7 @@ def test_the_plan_from_the_open_work_is_the_plan_of_the_whole_log(tmp_path_facto
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(logs=st.lists(_logs, min_size=1, max_size=7), batch=st.integers(min_value=1, max_value=4))
-def test_recovering_many_sessions_in_batches_makes_exactly_the_repairs_of_one_by_one(tmp_path_factory, logs, batch) -> None:
+def test_g8_recovering_many_sessions_in_batches_makes_exactly_the_repairs_of_one_by_one(tmp_path_factory, logs, batch) -> None:
     folder = tmp_path_factory.mktemp("batch")
     with journal.open(folder / "a.db", durability="normal") as a, journal.open(folder / "b.db", durability="normal") as b:
         ids = [f"s{i}" for i in range(len(logs))]
@@ -129,7 +129,7 @@ def _statements(j: journal.Journal, call) -> int:
     return count
 
 
-def test_the_scan_runs_the_same_number_of_statements_whatever_the_open_work(j) -> None:
+def test_g7_the_scan_runs_the_same_number_of_statements_whatever_the_open_work(j) -> None:
     _crashed_sessions(j, 1)
     one = _statements(j, j.scan)
     for n in range(1, 40):
@@ -169,7 +169,7 @@ with journal.open(path) as j:
 """
 
 
-def test_two_processes_recovering_batches_at_once_make_one_repair_per_call(j, db_path: Path, tmp_path: Path) -> None:
+def test_g8_two_processes_recovering_batches_at_once_make_one_repair_per_call(j, db_path: Path, tmp_path: Path) -> None:
     ids = _crashed_sessions(j, 10)
     go = tmp_path / "go"
     racers = [python_child(_BATCH_RECOVERER, str(db_path), str(go)) for _ in range(2)]
@@ -197,7 +197,7 @@ with journal.open(sys.argv[1]) as j:
 
 @pytest.mark.parametrize(("point", "repaired"), [("recover.before_commit:2", 3), ("recover.after_commit:2", 6),
                                                  ("recover.before_commit:1", 0)])  # fmt: skip
-def test_a_kill_inside_a_batched_recovery_leaves_each_session_repaired_or_untouched(j, db_path, point, repaired) -> None:
+def test_g8_a_kill_inside_a_batched_recovery_leaves_each_session_repaired_or_untouched(j, db_path, point, repaired) -> None:
     ids = _crashed_sessions(j, 8)
     before = {sid: j.count(sid) for sid in ids}
     j.close()
