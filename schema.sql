@@ -111,6 +111,21 @@ CREATE TABLE stream_chunks (
     PRIMARY KEY (stream_key, idx)
 ) STRICT, WITHOUT ROWID;
 
+-- Where each compaction stands in its session's transcript (derived from the log by the triggers
+-- below): one row per surface event of the session's own whose surface_op is a well-formed
+-- replace. `before` and `after` are the transcript's length (in messages, the fork's inherited
+-- ones included) just before and after it. The last messages of a long chat are read from the
+-- end of the log with these alone: a compaction's place needs no walk of what came before it.
+CREATE TABLE compactions (
+    session_id TEXT NOT NULL REFERENCES sessions (id),
+    seq        INTEGER NOT NULL,
+    first      INTEGER NOT NULL CHECK (first >= 0),         -- the op's start
+    last       INTEGER NOT NULL CHECK (last >= first),      -- the op's stop
+    before     INTEGER NOT NULL CHECK (before >= 0),
+    after      INTEGER NOT NULL CHECK (after BETWEEN 1 AND before + 1),
+    PRIMARY KEY (session_id, seq)
+) STRICT, WITHOUT ROWID;
+
 -- The durable input queue.
 CREATE TABLE submissions (
     id               TEXT PRIMARY KEY,
@@ -282,4 +297,55 @@ BEGIN
      WHERE NEW.type = 'operator_resolution'
        AND session_id = NEW.session_id AND call_id = NEW.data ->> '$.tool_call_id'
        AND acked_ms IS NULL;
+END;
+
+-- A compaction's row. The gate lets through only events whose text names the op (the codec
+-- writes keys unescaped); the view's trigger keeps the well-formed replaces of surface events
+-- (fold's own rule) and places each from the compaction before it in the fork chain, counting
+-- only the surface events since: the cost follows the events since the last compaction.
+CREATE VIEW compaction_events AS SELECT session_id, seq, type, data FROM events WHERE 0;
+
+CREATE TRIGGER events_compaction AFTER INSERT ON events
+WHEN instr(NEW.data, '"surface_op"')
+BEGIN
+    INSERT INTO compaction_events VALUES (NEW.session_id, NEW.seq, NEW.type, NEW.data);
+END;
+
+CREATE TRIGGER compaction_events_apply INSTEAD OF INSERT ON compaction_events
+WHEN NEW.type IN ('system_message', 'user_message', 'assistant_message', 'tool_result')
+ AND json_type(NEW.data, '$.surface_op') = 'array'
+ AND json_array_length(NEW.data, '$.surface_op') = 3
+ AND json_type(NEW.data, '$.surface_op[0]') = 'text' AND NEW.data ->> '$.surface_op[0]' = 'replace'
+ AND json_type(NEW.data, '$.surface_op[1]') = 'integer'
+ AND json_type(NEW.data, '$.surface_op[2]') = 'integer'
+ AND NEW.data ->> '$.surface_op[1]' BETWEEN 0 AND NEW.data ->> '$.surface_op[2]'
+BEGIN
+    INSERT INTO compactions (session_id, seq, first, last, before, after)
+    WITH RECURSIVE
+        -- The log before this event, as segments of each owner's own events, newest first.
+        chain (owner, lo, hi, parent) AS (
+            SELECT id, seed_length, NEW.seq, parent_id FROM sessions WHERE id = NEW.session_id
+            UNION ALL
+            SELECT s.id, min(s.seed_length, c.lo), c.lo, s.parent_id
+              FROM chain AS c JOIN sessions AS s ON s.id = c.parent
+             WHERE c.lo > 0
+        ),
+        previous (seq, after) AS (
+            SELECT m.seq, m.after FROM chain AS c
+              JOIN compactions AS m ON m.session_id = c.owner AND m.seq >= c.lo AND m.seq < c.hi
+             ORDER BY m.seq DESC LIMIT 1
+        ),
+        length (n) AS (
+            SELECT coalesce((SELECT after FROM previous), 0) + (
+                SELECT count(*) FROM chain AS c
+                  JOIN events AS e ON e.session_id = c.owner AND e.seq < c.hi
+                   AND e.seq >= max(c.lo, coalesce((SELECT seq FROM previous) + 1, 0))
+                 WHERE e.type IN ('system_message', 'user_message', 'assistant_message', 'tool_result'))
+        ),
+        op (first, last) AS (
+            SELECT NEW.data ->> '$.surface_op[1]', NEW.data ->> '$.surface_op[2]'
+        )
+    SELECT NEW.session_id, NEW.seq, first, last, n,
+           CASE WHEN first >= n THEN n + 1 ELSE n - (min(last, n - 1) - first) END
+      FROM length, op;
 END;

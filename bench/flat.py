@@ -18,7 +18,7 @@ with the medians of many runs:
   ``SELECT ... ORDER BY seq DESC LIMIT 50`` with ``json.loads`` of each row (target: at most 5x):
   an agent's chat (turns with a tool call each) whose last 50 messages hold no compaction, and
   the half-length session above, whose newest event is a compaction near the end of the
-  transcript (then the transcript's length before it must be counted: SQLite walks the session).
+  transcript (placed by its row in the ``compactions`` table, read with the tail).
 """
 
 from __future__ import annotations

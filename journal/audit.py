@@ -6,8 +6,10 @@ from __future__ import annotations
 from journal import log as _log
 from journal.log import Log
 from journal.pure.check import Disagreement, compare
+from journal.pure.view import Compaction, compactions
 from journal.results import CallRow
-from journal.store import Store
+from journal.store import Database, Store
+from journal.transcript import places_compactions
 from journal.turns import TURN_COLUMNS, TurnState
 
 
@@ -54,4 +56,31 @@ class Audit:
                     for c in calls
                 }
                 out.extend(compare(sid, own, stored_turns, stored_calls))
+                if places_compactions(db):
+                    out.extend(_compactions(db, sid, seed))
             return out
+
+
+def _compactions(db: Database, session_id: str, seed: int) -> list[Disagreement]:
+    """Where the stored compaction rows differ from the ones the log places (through its fork
+    chain, read only when the session's own events hold a compaction or a row says so)."""
+    stored = {
+        row[0]: Compaction(*row)
+        for row in db.execute(
+            "SELECT seq, first, last, before, after FROM compactions WHERE session_id = ?", (session_id,)
+        )
+    }
+    may = db.value(
+        "SELECT count(*) FROM events WHERE session_id = ? AND instr(data, '\"surface_op\"')", (session_id,)
+    )
+    derived = {c.seq: c for c in compactions(_log.read_events_txn(db, session_id)) if c.seq >= seed} if may else {}
+    out: list[Disagreement] = []
+    for seq in sorted(stored.keys() | derived.keys()):
+        have, want = stored.get(seq), derived.get(seq)
+        if have is None or want is None:
+            out.append(Disagreement(session_id, "compactions", str(seq), "row", have is not None, want is not None))
+            continue
+        for field in ("first", "last", "before", "after"):
+            if getattr(have, field) != getattr(want, field):
+                out.append(Disagreement(session_id, "compactions", str(seq), field, getattr(have, field), getattr(want, field)))
+    return out

@@ -79,7 +79,7 @@ class Journal:
         self._recovery = Recovery(store, self._log, self._queue, self._effects)
         self._reconciler = Reconciler(store, self._log, self._turns, self._queue, self._recovery, self._effects)
         self._transcript = Transcript(store, self._log)
-        self._purge = Purge(store, self._log, (self._turns, self._results, self._effects, self._queue))
+        self._purge = Purge(store, self._log, (self._turns, self._results, self._effects, self._queue, self._transcript))
         self._audit = Audit(store, self._log)
 
     # -- sessions and the log (journal.log) ----------------------------------------------------
@@ -179,7 +179,7 @@ class Journal:
         return f"<Journal {self.path!r} {state}>"
 
 
-def open(  # noqa: A001 - the module-level opener is the library's front door: journal.open(path)
+def open(
     path: str | os.PathLike[str],
     *,
     durability: str | Durability = "full",

@@ -3,19 +3,19 @@
 The folding itself is pure (``journal.pure.view``); this part reads the log and appends the
 replacing event of a compaction.
 
-The last messages of a long session (``tail=N``) are read from the end of the log. The newest
-surface events give them when no compaction is among them (``appended_tail``). Otherwise where a
-replace stands depends on the transcript's length before it, which only the whole log tells (the
-file stores no such length): the log is then read as an outline (``fold_outline``). SQLite walks
-it twice, once to find the events that may replace, which alone are decoded, and once to count
-the plain appends between them; then only the appends that end up in the tail are read.
+The last messages of a long session (``tail=N``) are read from the end of the log. The schema
+keeps, for each compaction, the transcript's length just before and after it (the
+``compactions`` table, which this part owns): the newest surface events after the last
+compaction are the transcript's end; the positions before them map back through each
+compaction in turn to the compaction events and to the plain appends between compactions,
+which are then read by their rank in their run, from its nearer end. The cost follows the
+messages read and the compactions in the session, not the log's length.
 """
 
 from __future__ import annotations
 
 import json
-from bisect import bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from journal import log as _log
@@ -24,11 +24,10 @@ from journal.errors import InvalidArgument, InvalidRange, UnansweredCalls
 from journal.log import Log
 from journal.model import SURFACE_TYPES, Event
 from journal.pure.view import (
+    Compaction,
     Message,
     ProviderView,
-    appended_tail,
     fold,
-    fold_outline,
     messages_of,
     provider_tail,
     provider_view,
@@ -36,21 +35,15 @@ from journal.pure.view import (
 from journal.store import Database, Store
 
 _SUMMARY_TYPES = ("user_message", "system_message", "assistant_message")
-_SURFACE = tuple(sorted(SURFACE_TYPES))
-# How much deeper than the tail the second read from the end goes: enough to settle a compaction
-# among the last messages whose range ends within the transcript's first 250 or so positions.
-_DEEPER = 256
 _SEQ_END = 2**63 - 1  # past every seq: the bound of a session's own, open-ended segment
+_SURFACE = " AND type IN ({})".format(", ".join(f"'{type_}'" for type_ in sorted(SURFACE_TYPES)))
 _SPAN = "FROM events WHERE session_id = ? AND seq >= ? AND seq < ?"
-_RUN = "{} AND type IN ({})".format(_SPAN, ", ".join(f"'{type_}'" for type_ in _SURFACE))
-# The codec writes data as compact JSON with its keys as they are (never escaped), so an event
-# whose text does not hold the name cannot carry an op. Those that do are decoded and judged by
-# fold's own rule (the name may sit deeper in the data, or in a bookkeeping event's); leaving
-# the type out of this test makes the pass cheaper.
-_MAY_REPLACE = f"SELECT seq, type, data, time_ms {_SPAN} AND instr(data, '\"surface_op\"') ORDER BY seq"
-_COUNT = f"SELECT count(*) {_RUN}"
-_READ_UP = f"SELECT seq, type, data, time_ms {_RUN} ORDER BY seq LIMIT ? OFFSET ?"
-_READ_DOWN = f"SELECT seq, type, data, time_ms {_RUN} ORDER BY seq DESC LIMIT ? OFFSET ?"
+_MARKS = "SELECT seq, first, last, before, after FROM compactions WHERE session_id = ? AND seq >= ? AND seq < ? ORDER BY seq"
+_COUNT = f"SELECT count(*) {_SPAN}{_SURFACE}"
+_READ_UP = f"SELECT seq, type, data, time_ms {_SPAN}{_SURFACE} ORDER BY seq LIMIT ? OFFSET ?"
+_READ_DOWN = f"SELECT seq, type, data, time_ms {_SPAN}{_SURFACE} ORDER BY seq DESC LIMIT ? OFFSET ?"
+_READ_ONE = "SELECT seq, type, data, time_ms FROM events WHERE session_id = ? AND seq = ?"
+_FIRST_VERSION = 5  # the schema version that brought the compactions table
 
 
 class Transcript:
@@ -77,7 +70,7 @@ class Transcript:
         if n is None:
             return fold(self._log.events(session_id))
         with self._store.read() as db:
-            return _End(db, session_id).last(n)
+            return _tail_txn(db, session_id, n)
 
     def provider_view(self, session_id: str, *, tail: int | None = None) -> ProviderView:
         """The transcript shaped for a provider request: each assistant's results right after it
@@ -90,12 +83,11 @@ class Transcript:
         if n is None:
             return provider_view(self._log.events(session_id))
         with self._store.read() as db:
-            end = _End(db, session_id)
             # Each round reads twice as many of the transcript's last messages, until what they
             # shape into is long enough (results of earlier assistants, left-out answers drop).
             wanted = n
             while True:
-                last = end.last(wanted)
+                last = _tail_txn(db, session_id, wanted)
                 view = provider_tail(last, n, whole=len(last) < wanted)
                 if view is not None:
                     return view
@@ -110,7 +102,7 @@ class Transcript:
             raise InvalidArgument("type", f"a summary is one of {_SUMMARY_TYPES}, not {type!r}")
         time_ms = _log.now_ms()
         with self._store.write("append") as db:
-            count = len(fold(_log.read_events_txn(db, session_id)))
+            count = _End(db, session_id).length() if places_compactions(db) else len(fold(_log.read_events_txn(db, session_id)))
             valid = all(isinstance(x, int) and not isinstance(x, bool) for x in (start, stop))
             if not valid or not 0 <= start <= stop < count:
                 raise InvalidRange(start, stop, count)
@@ -118,20 +110,36 @@ class Transcript:
             return self._log.append_txn(db, session_id, type, data, time_ms)
 
 
+    def forget_txn(self, db: Database, session_id: str) -> None:
+        """Delete the session's compaction rows (purge)."""
+        db.execute("DELETE FROM compactions WHERE session_id = ?", (session_id,))
+
+
 def _check_tail(tail: object) -> int | None:
     """``tail`` if it is ``None`` or an int >= 0; else ``InvalidArgument``, before any read."""
     return None if tail is None else check_int("tail", tail)
 
 
-class _Run(NamedTuple):
-    """The ``size`` surface events of ``owner`` with ``lo <= seq < hi``, which only append,
-    numbered from ``first``."""
+def places_compactions(db: Database) -> bool:
+    """Whether the file places its compactions (a read-only open of an older one does not)."""
+    return db.value("PRAGMA user_version") >= _FIRST_VERSION
 
-    first: int
-    owner: str
+
+def _tail_txn(db: Database, session_id: str, n: int) -> list[Message]:
+    if places_compactions(db):
+        return _End(db, session_id).last(n)
+    messages = fold(_log.read_events_txn(db, session_id))
+    return messages[max(len(messages) - n, 0) :]
+
+
+class _Slice(NamedTuple):
+    """Messages ``lo..hi-1`` (by rank) of the plain appends before compaction ``level`` (after
+    the one before it), to stand at ``dest`` onwards in the tail."""
+
+    level: int
     lo: int
     hi: int
-    size: int
+    dest: int
 
 
 class _End:
@@ -140,71 +148,107 @@ class _End:
     def __init__(self, db: Database, session_id: str) -> None:
         self._db = db
         self._session_id = session_id
-        self._folded: list[Event | int] | None = None  # the outline folded, once it was needed
-        self._runs: list[_Run] = []
+        self._chain = [(owner, lo, int(min(hi, _SEQ_END))) for owner, lo, hi in reversed(_log.chain_txn(db, session_id))]
+        self._marks = [Compaction(*row) for owner, lo, hi in self._chain for row in db.execute(_MARKS, (owner, lo, hi))]
+
+    def length(self) -> int:
+        """How many messages the transcript holds."""
+        top = self._marks[-1] if self._marks else None
+        since = 0 if top is None else top.seq + 1
+        counted = sum(self._db.value(_COUNT, piece) for piece in self._pieces(since, _SEQ_END))
+        return counted + (0 if top is None else top.after)
 
     def last(self, n: int) -> list[Message]:
         """The transcript's last ``n`` messages (all of them if it has fewer)."""
-        if self._folded is None:
-            # The newest n surface events give it unless a compaction is among them; a deeper
-            # read settles one of early positions (it needs that many messages before it).
-            for depth in (n, n + _DEEPER):
-                rows = _log.read_rows_back_txn(self._db, self._session_id, depth, types=_SURFACE)
-                whole = len(rows) < depth
-                appended = appended_tail([self._event(row) for row in rows], n, whole=whole)
-                if appended is not None:
-                    return appended
-            self._folded = fold_outline(self._outline())
-        return messages_of(self._read(self._folded[max(len(self._folded) - n, 0) :]))
+        top = self._marks[-1].seq if self._marks else -1
+        newest = self._newest(top + 1, n)
+        if len(newest) == n or not self._marks:
+            return messages_of(newest)
+        # The rest are the last positions of the transcript as the newest compaction left it.
+        level = len(self._marks) - 1
+        size = self._marks[level].after
+        wanted = min(n - len(newest), size)
+        slots: list[Event | None] = [None] * wanted
+        pending = [(0, size - wanted, size)]  # (dest, lo, hi): positions of the transcript after `level`
+        slices: list[_Slice] = []
+        while pending:
+            pending = self._map(level, pending, slots, slices)
+            level -= 1
+        for piece in slices:
+            slots[piece.dest : piece.dest + piece.hi - piece.lo] = self._rank(piece.level, piece.lo, piece.hi)
+        events = [event for event in slots if event is not None]
+        assert len(events) == wanted
+        return messages_of(events + newest)
 
-    def _outline(self) -> Iterator[Event | range]:
-        """The log in seq order, each run of plain appends as a ``range`` of numbers: only the
-        events that may replace are decoded; the appends between them are counted."""
-        for owner, lo, hi in reversed(_log.chain_txn(self._db, self._session_id)):
-            start, end = lo, int(min(hi, _SEQ_END))
-            for row in list(self._db.execute(_MAY_REPLACE, (owner, lo, end))):
-                yield from self._run(owner, start, row[0])
-                yield self._event(row)
-                start = row[0] + 1
-            yield from self._run(owner, start, end)
+    def _map(
+        self, level: int, ranges: list[tuple[int, int, int]], slots: list[Event | None], slices: list[_Slice]
+    ) -> list[tuple[int, int, int]]:
+        """Map ranges of positions just after compaction ``level`` to positions before it: those
+        of its own event fill their slot, those among the appends since the compaction before
+        become slices, and the rest are returned as positions after that one."""
+        mark = self._marks[level]
+        base = self._marks[level - 1].after if level else 0
+        earlier: list[tuple[int, int, int]] = []
+        for dest, lo, hi in ranges:
+            if mark.first >= mark.before:  # it appended: before it stand the same positions
+                at, shift = mark.before, 0
+            else:  # it stands at `first`; after it come those past what it removed
+                at, shift = mark.first, min(mark.last, mark.before - 1) - mark.first
+            spans = [(dest, lo, min(hi, at))]
+            if lo <= at < hi:
+                slots[dest + at - lo] = self._event(self._db.one(_READ_ONE, (self._owner(mark.seq), mark.seq)))
+            if hi > at + 1:
+                first = max(lo, at + 1)
+                spans.append((dest + first - lo, first + shift, hi + shift))
+            for d, a, b in spans:
+                if a < min(b, base):
+                    earlier.append((d, a, min(b, base)))
+                if b > max(a, base):
+                    start = max(a, base)
+                    slices.append(_Slice(level, start - base, b - base, d + start - a))
+        return earlier
 
-    def _run(self, owner: str, lo: int, hi: int) -> Iterator[range]:
-        """The numbers of the surface events of ``owner`` in ``lo <= seq < hi``, if any."""
-        size = self._db.value(_COUNT, (owner, lo, hi)) if lo < hi else 0
-        if size:
-            first = self._runs[-1].first + self._runs[-1].size if self._runs else 0
-            self._runs.append(_Run(first, owner, lo, hi, size))
-            yield range(first, first + size)
+    def _rank(self, level: int, lo: int, hi: int) -> list[Event]:
+        """The plain appends ``lo..hi-1``, by rank, between compaction ``level - 1`` and
+        ``level``, read from the nearer end of their run."""
+        mark = self._marks[level]
+        since = self._marks[level - 1].seq + 1 if level else 0
+        size = mark.before - (self._marks[level - 1].after if level else 0)
+        pieces = list(self._pieces(since, mark.seq))
+        if len(pieces) > 1:  # the run crosses a fork point: find the piece that holds it
+            out: list[Event] = []
+            for piece in pieces:
+                count = self._db.value(_COUNT, piece)
+                if lo < count and hi > 0:
+                    out.extend(self._rank_in(piece, max(lo, 0), min(hi, count), count))
+                lo, hi = lo - count, hi - count
+            return out
+        return self._rank_in(pieces[0], lo, hi, size) if pieces else []
 
-    def _read(self, items: list[Event | int]) -> list[Event]:
-        """The events ``items`` stand for, reading the numbered ones."""
-        firsts = [run.first for run in self._runs]
-        found: dict[int, Event] = {}
-        for stretch in self._stretches(item for item in items if isinstance(item, int)):
-            run = self._runs[bisect_right(firsts, stretch[0]) - 1]
-            found.update(zip(stretch, self._read_run(run, stretch[0] - run.first, len(stretch)), strict=True))
-        return [found[item] if isinstance(item, int) else item for item in items]
-
-    def _stretches(self, numbers: Iterable[int]) -> Iterator[list[int]]:
-        """``numbers`` cut into stretches of consecutive numbers of one run: one query each."""
-        starts = {run.first for run in self._runs}
-        stretch: list[int] = []
-        for number in numbers:
-            if stretch and (number != stretch[-1] + 1 or number in starts):
-                yield stretch
-                stretch = []
-            stretch.append(number)
-        if stretch:
-            yield stretch
-
-    def _read_run(self, run: _Run, skip: int, size: int) -> list[Event]:
-        """``size`` events of a run, after its first ``skip``."""
-        after = run.size - skip - size
-        if skip <= after:
-            rows = list(self._db.execute(_READ_UP, (run.owner, run.lo, run.hi, size, skip)))
+    def _rank_in(self, piece: tuple[str, int, int], lo: int, hi: int, size: int) -> list[Event]:
+        if lo <= size - hi:
+            rows = list(self._db.execute(_READ_UP, (*piece, hi - lo, lo)))
         else:
-            rows = list(self._db.execute(_READ_DOWN, (run.owner, run.lo, run.hi, size, after)))[::-1]
+            rows = list(self._db.execute(_READ_DOWN, (*piece, hi - lo, size - hi)))[::-1]
         return [self._event(row) for row in rows]
+
+    def _newest(self, since: int, n: int) -> list[Event]:
+        """The newest ``n`` surface events with ``seq >= since``, oldest first."""
+        rows: list[tuple[int, str, str, int]] = []
+        for piece in reversed(list(self._pieces(since, _SEQ_END))):
+            if len(rows) >= n:
+                break
+            rows.extend(self._db.execute(_READ_DOWN, (*piece, n - len(rows), 0)))
+        return [self._event(row) for row in reversed(rows)]
+
+    def _pieces(self, lo: int, hi: int) -> Iterator[tuple[str, int, int]]:
+        """The chain's segments cut to ``lo <= seq < hi``, oldest first."""
+        for owner, start, end in self._chain:
+            if max(start, lo) < min(end, hi):
+                yield owner, max(start, lo), min(end, hi)
+
+    def _owner(self, seq: int) -> str:
+        return next(owner for owner, lo, hi in self._chain if lo <= seq < hi)
 
     def _event(self, row: tuple[int, str, str, int]) -> Event:
         seq, type_, text, time_ms = row

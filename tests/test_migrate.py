@@ -4,7 +4,8 @@
 it and filled through raw SQL (its own triggers derive the turn journal and the tool calls), then
 opened by the library: the migration runs in one transaction, keeps every row, and leaves a file
 that behaves exactly like a new one (G13: never downgraded; a read-only open migrates nothing).
-A version-3 file is today's schema without version 4's one addition, the listing index.
+A version-3 file is today's schema without version 4's addition, the listing index, nor version
+5's, the compactions table; a version-4 file lacks only the latter.
 """
 
 from __future__ import annotations
@@ -168,9 +169,16 @@ def test_a_kill_during_the_migration_leaves_a_file_the_next_open_migrates(tmp_pa
     assert rows(path) == before
 
 
+V5_OBJECTS = (
+    "DROP TRIGGER compaction_events_apply; DROP TRIGGER events_compaction; "
+    "DROP VIEW compaction_events; DROP TABLE compactions;"
+)
+
+
 def make_v3_journal(path: Path) -> None:
-    """A version-3 journal: today's schema without the listing index (version 4's one change),
-    with sessions created out of id order, a fork, and events."""
+    """A version-3 journal: today's schema without the listing index (version 4's change) nor
+    the compactions table (version 5's), with sessions created out of id order, a fork, and
+    events."""
     created = {"c": 1, "a": 2, "b": 2}  # listing order: c, then a and b (a tie, so by id)
     lines = []
     for sid, created_ms in created.items():
@@ -183,6 +191,7 @@ def make_v3_journal(path: Path) -> None:
     conn = apsw.Connection(str(path))
     with conn:
         conn.execute("DROP INDEX sessions_created")
+        conn.execute(V5_OBJECTS)
         conn.pragma("user_version", 3)
     conn.close()
 
@@ -210,7 +219,7 @@ def test_g13_a_version_3_journal_gains_the_listing_index_keeping_every_row(tmp_p
     assert schema_objects(old) == schema_objects(new)
     assert index_sql(old, "sessions_created") == index_sql(new, "sessions_created") is not None
     conn = apsw.Connection(str(old))
-    assert conn.pragma("user_version") == store.SCHEMA_VERSION == 4
+    assert conn.pragma("user_version") == store.SCHEMA_VERSION == 5
     assert conn.pragma("integrity_check") == "ok"
     conn.close()
 
@@ -237,3 +246,76 @@ def test_g13_a_read_only_open_of_a_version_3_journal_pages_its_sessions_and_chan
         assert j.session("f").count == 1
     assert hashlib.sha256(path.read_bytes()).hexdigest() == digest
     assert index_sql(path, "sessions_created") is None
+
+
+# -- version 4 to 5: the compactions table ------------------------------------------------------
+
+
+def _compacted(j: journal.Journal) -> None:
+    """Session `p` compacted twice, a fork `f` of it compacted again (its first compaction is
+    placed through its parent's), and `q`, whose surface_op only appends."""
+    j.create_session("p")
+    j.append_many("p", [("user_message", {"content": f"m{i}"}) for i in range(12)])
+    j.compact("p", 0, 4, "first summary")
+    j.append("p", "assistant_message", {"content": "more"})
+    j.append("p", "user_message", {"content": "greedy summary", "surface_op": ["replace", 2, 100]})  # ends it
+    j.fork("p", id="f")
+    j.append_many("f", [("user_message", {"content": f"f{i}"}) for i in range(4)])
+    j.compact("f", 1, 3, "fork summary")
+    j.append("f", "user_message", {"content": "last"})
+    j.create_session("q")
+    j.append("q", "user_message", {"content": "q", "surface_op": "append"})
+
+
+def _compaction_rows(path: Path) -> list[tuple]:
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return sorted(conn.execute("SELECT * FROM compactions"))
+    finally:
+        conn.close()
+
+
+def make_v4_journal(path: Path) -> list[tuple]:
+    """A version-4 journal holding compactions (and the rows version 5 gives them)."""
+    with journal.open(path) as j:
+        _compacted(j)
+    placed = _compaction_rows(path)
+    conn = apsw.Connection(str(path))
+    with conn:
+        conn.execute(V5_OBJECTS)
+        conn.pragma("user_version", 4)
+    conn.close()
+    return placed
+
+
+def test_g13_a_version_4_journal_gains_a_row_for_each_compaction_it_holds(tmp_path: Path) -> None:
+    old = tmp_path / "old.db"
+    placed = make_v4_journal(old)
+    assert [(row[0], row[1]) for row in placed] == [("f", 19), ("p", 12), ("p", 14)]
+    before = rows(old)
+    with journal.open(old) as j:
+        assert j.check() == []
+        for s in ("p", "f", "q"):
+            whole = j.messages(s)
+            assert [j.messages(s, tail=n) for n in range(len(whole) + 1)] == [whole[len(whole) - n :] for n in range(len(whole) + 1)]
+        j.compact("f", 0, 1, "after the migration")  # placed by the new trigger from the old rows
+        assert j.check() == []
+    assert [row for row in _compaction_rows(old) if row[:2] != ("f", 21)] == placed
+    assert rows(old) | {"events": []} == before | {"events": []}
+    new = tmp_path / "new.db"
+    journal.open(new).close()
+    assert schema_objects(old) == schema_objects(new)
+
+
+def test_g13_a_read_only_open_of_a_version_4_journal_reads_tails_by_folding_and_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    make_v4_journal(path)
+    apsw.Connection(str(path)).close()  # fold the WAL in, so the bytes below are the whole file
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    with journal.open(path, readonly=True) as j:
+        for s in ("p", "f"):
+            whole = j.messages(s)
+            assert j.messages(s, tail=3) == whole[-3:]
+            assert j.provider_view(s, tail=2) == j.provider_view(s).tail(2)
+        assert j.check() == []
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == digest

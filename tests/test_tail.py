@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import apsw
 import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
@@ -17,18 +18,15 @@ from hypothesis import strategies as st
 
 import journal
 from journal.cli import main
-from journal.model import SURFACE_TYPES
 from journal.pure.view import (
     ProviderView,
-    appended_tail,
+    compactions,
     fold,
-    fold_outline,
     is_compaction,
-    messages_of,
     provider_tail,
     provider_view,
 )
-from tests.builders import HUGE, Item, assistant, log, raw, replace, result, step_end, tool_use, user
+from tests.builders import HUGE, Item, assistant, log, raw, replace, result, tool_use, user
 from tests.strategies import compaction_logs, conversations
 
 # -- what a journal is given: chats with compactions anywhere ---------------------------------------
@@ -146,51 +144,36 @@ def test_the_tail_of_a_fork_reaches_into_its_parents_and_only_their_inherited_ev
     for s in (fork, grand):
         _assert_every_tail_is_the_end(jm, s)
         _assert_every_provider_tail_is_the_end(jm, s)
+        assert jm.check(s) == []  # each compaction's row is where the log places it
+
+
+@settings(max_examples=50, deadline=None)
+@given(parent=chats("p", max_size=25), child=chats("f", max_size=15), point=st.integers(0, 10**6))
+def test_a_fork_given_its_own_copy_by_a_purge_keeps_its_tail_and_its_compactions_placed(
+    jm: journal.Journal, parent: list[Item], child: list[Item], point: int
+) -> None:
+    p = _session(jm, [user("first"), *parent])
+    fork = jm.fork(p, point % jm.count(p)).id
+    if child:
+        jm.append_many(fork, child)
+    whole = jm.messages(fork)
+    jm.purge(p, copy_forks=True)
+    assert jm.messages(fork) == whole
+    _assert_every_tail_is_the_end(jm, fork)
+    assert jm.check(fork) == []
 
 
 # -- the pure pieces --------------------------------------------------------------------------------
 
 
-def _outlined(
-    events: list[journal.Event], cut: list[bool]
-) -> tuple[list[journal.Event | range], dict[int, journal.Event]]:
-    """An outline of ``events``: the plain appends marked in ``cut`` stand as numbers."""
-    outline: list[journal.Event | range] = []
-    numbered: dict[int, journal.Event] = {}
-    for index, event in enumerate(events):
-        if index < len(cut) and cut[index] and event.type in SURFACE_TYPES and not is_compaction(event):
-            number = len(numbered)
-            numbered[number] = event
-            last = outline[-1] if outline else None
-            if isinstance(last, range) and last.stop == number:
-                outline[-1] = range(last.start, number + 1)
-            else:
-                outline.append(range(number, number + 1))
-        else:
-            outline.append(event)
-    return outline, numbered
-
-
 @settings(max_examples=200, deadline=None)
-@given(events=compaction_logs, cut=st.lists(st.booleans(), max_size=60))
-def test_an_outline_folds_to_the_transcript_with_its_unread_appends_as_numbers(events, cut) -> None:
-    outline, numbered = _outlined(events, cut)
-    folded = fold_outline(outline)
-    assert messages_of([numbered[x] if isinstance(x, int) else x for x in folded]) == fold(events)
-
-
-@settings(max_examples=200, deadline=None)
-@given(events=compaction_logs, n=st.integers(0, 70))
-def test_the_newest_events_give_the_tail_or_cannot_tell_and_all_of_them_always_do(events, n) -> None:
-    expected = _last(fold(events), n)
-    newest = [e for e in reversed(events) if e.type in SURFACE_TYPES]
-    for depth in range(len(newest) + 1):
-        tail = appended_tail(newest[:depth], n)
-        assert tail is None or tail == expected, depth
-        if depth >= n and not any(is_compaction(e) for e in newest[:n]):
-            assert tail == expected  # plain appends: the newest n are the tail
-    assert appended_tail(newest, n, whole=True) == expected
-    assert appended_tail(list(reversed(events)), n, whole=True) == expected  # bookkeeping too
+@given(events=compaction_logs)
+def test_each_compaction_is_placed_at_the_transcripts_length_before_and_after_it(events) -> None:
+    placed = compactions(events)
+    assert [c.seq for c in placed] == [e.seq for e in events if is_compaction(e)]
+    for c in placed:
+        assert c.before == len(fold(e for e in events if e.seq < c.seq))
+        assert c.after == len(fold(e for e in events if e.seq <= c.seq))
 
 
 @settings(max_examples=200, deadline=None)
@@ -212,31 +195,6 @@ def test_a_provider_views_tail_keeps_the_missing_calls_of_the_assistants_in_it(e
     assert tail.messages == _last(view.messages, n)
     assistants = {m.seq for m in tail.messages if m.role == "assistant"}
     assert tail.missing == tuple(m for m in view.missing if m.assistant_seq in assistants)
-
-
-@pytest.mark.parametrize(
-    ("oldest_first", "n", "expected"),
-    [
-        pytest.param([], 0, [], id="none wanted"),
-        pytest.param([user("a"), user("b")], 2, ["a", "b"], id="appends, oldest first"),
-        pytest.param([user("a"), step_end(), user("b")], 2, ["a", "b"], id="bookkeeping passed over"),
-        pytest.param([user("a"), user("b")], 3, None, id="too few to tell"),
-        pytest.param([user("a"), replace(0, 0), user("b")], 2, None, id="a compaction among them"),
-        pytest.param([user("x"), user("y"), replace(0, 0), user("b")], 1, ["b"], id="a compaction older than the tail"),
-        pytest.param(
-            [user("x"), user("y"), user("z"), replace(0, 0), user("b")],
-            2,
-            ["z", "b"],
-            id="one before it proves the length",
-        ),
-        pytest.param([user("x"), user("y"), replace(0, 1), user("b")], 2, None, id="too few before it to prove it"),
-        pytest.param([user("a"), user("b", surface_op="append")], 1, ["b"], id="an explicit append"),
-        pytest.param([user("a"), user("b", surface_op=["replace", 2, 1])], 1, ["b"], id="a malformed op appends"),
-    ],
-)
-def test_appended_tail(oldest_first: list[Item], n: int, expected: list[str] | None) -> None:
-    tail = appended_tail(list(reversed(log(*oldest_first))), n)
-    assert (None if tail is None else [m.content for m in tail]) == expected
 
 
 def test_a_tail_of_the_provider_view_that_begins_with_results_does_not_ask_for_their_assistants_calls() -> None:
@@ -386,19 +344,23 @@ def _reads(j: journal.Journal) -> Iterator[_Reads]:
         conn.set_progress_handler(None)
 
 
+def _compactions(j: journal.Journal, s: str) -> int:
+    return sum(1 for e in j.events(s) if is_compaction(e))
+
+
 @pytest.mark.parametrize(
-    ("ending", "most_rows"),
+    "ending",
     [
-        pytest.param([], 50 + 1, id="plain appends: the newest 50 events"),
+        pytest.param([], id="plain appends: the newest 50 events"),
         pytest.param(
             [replace(1, 20, "early summary"), *[user(f"after {i}") for i in range(10)]],
-            50 + (50 + 256) + 2,
-            id="a compaction of early positions: a deeper read",
+            id="a compaction of early positions among them",
         ),
+        pytest.param([replace(0, 10**6, "all of it")], id="the newest event compacts everything"),
     ],
 )
-def test_a_tail_of_50_reads_as_many_events_whatever_the_sessions_length(
-    tmp_path: Path, ending: list[Item], most_rows: int
+def test_a_tail_of_50_reads_the_tail_and_the_compactions_whatever_the_sessions_length(
+    tmp_path: Path, ending: list[Item]
 ) -> None:
     with journal.open(tmp_path / "j.db", durability="normal") as j:
         short, long = j.create_session("short").id, j.create_session("long").id
@@ -413,30 +375,30 @@ def test_a_tail_of_50_reads_as_many_events_whatever_the_sessions_length(
             with _reads(j) as reads:
                 assert j.messages(s, tail=50) == expected
             costs[s] = reads
-        assert costs[long].rows <= most_rows  # and the session's row for each read
-        assert costs[long].rows == costs[short].rows
+            # The messages, a row per compaction, the session's row and the schema version.
+            assert reads.rows <= len(expected) + _compactions(j, s) + 2
         assert costs[long].work <= 2 * max(costs[short].work, 1)
 
 
-def test_a_compaction_that_reaches_into_the_tail_is_placed_by_counting_and_only_the_tail_is_decoded(
+def test_a_compaction_that_reaches_into_the_tail_is_placed_by_its_row_and_only_the_tail_is_read(
     tmp_path: Path,
 ) -> None:
-    # Where it stands depends on the transcript's length before it, which the log does not
-    # store: SQLite walks the session to find the compactions and count the appends between
-    # them (a cost that grows with the session), but no more rows than these come back.
+    # Its row in `compactions` says how long the transcript was before it: the messages it
+    # left at the end are the newest appends before it, read from there, whatever the length.
     with journal.open(tmp_path / "j.db", durability="normal") as j:
-        s = j.create_session().id
-        _agent_chat(j, s, 3000)
-        j.compact(s, 0, len(j.messages(s)) - 6, "all but the last 5")
-        j.append(s, "user_message", {"content": "last"})
-        compactions = sum(1 for e in j.events(s) if is_compaction(e))
-        expected = _last(j.messages(s), 50)
-        assert len(expected) == 7
-        with _reads(j) as reads:
-            assert j.messages(s, tail=50) == expected
-        # The two reads from the end, the compactions, a count per run of appends between
-        # them, the events of the tail, and the session's row three times.
-        assert reads.rows <= 50 + (50 + 256) + compactions + (compactions + 1) + len(expected) + 3
+        costs = {}
+        for s, turns in (("short", 300), ("long", 6000)):
+            j.create_session(s)
+            _agent_chat(j, s, turns)
+            j.compact(s, 0, len(j.messages(s)) - 6, "all but the last 5")
+            j.append(s, "user_message", {"content": "last"})
+            expected = _last(j.messages(s), 50)
+            assert len(expected) == 7
+            with _reads(j) as reads:
+                assert j.messages(s, tail=50) == expected
+            assert reads.rows <= len(expected) + _compactions(j, s) + 2
+            costs[s] = reads
+        assert costs["long"].work <= 2 * max(costs["short"].work, 1)
 
 
 # -- journal show --tail ----------------------------------------------------------------------------
@@ -496,3 +458,22 @@ def test_show_tail_of_the_log_is_its_last_events_and_goes_with_since(shown) -> N
 def test_show_tail_must_be_a_count(shown, value: str) -> None:
     show = shown[0]
     assert "--tail" in show("--view", "messages", "--tail", value, code=2)
+
+
+def test_check_names_a_compaction_row_that_disagrees_with_the_log(tmp_path: Path) -> None:
+    with journal.open(tmp_path / "j.db") as j:
+        s = j.create_session("s").id
+        _chat(j, s, 6)
+        j.compact(s, 1, 3, "summary")
+        assert j.check() == []
+    conn = apsw.Connection(str(tmp_path / "j.db"))
+    conn.execute("UPDATE compactions SET before = 9, after = 7")
+    conn.execute("INSERT INTO compactions VALUES ('s', 2, 0, 0, 2, 1)")
+    conn.close()
+    with journal.open(tmp_path / "j.db") as j:
+        found = {(d.table, d.key, d.field, d.stored, d.derived) for d in j.check()}
+    assert found == {
+        ("compactions", "6", "before", 9, 6),
+        ("compactions", "6", "after", 7, 4),
+        ("compactions", "2", "row", True, False),
+    }

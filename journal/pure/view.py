@@ -3,9 +3,8 @@
 Pure functions over lists of :class:`~journal.model.Event`; no I/O.
 
 - :func:`fold` applies the compaction ops (``surface_op``) and returns every surviving surface
-  message in transcript order; :func:`fold_outline` does the same over an outline of the log in
-  which runs of plain appends stand unread, and :func:`appended_tail` gives the transcript's last
-  messages from the log's newest events when they can tell.
+  message in transcript order; :func:`compactions` says where each compaction stands (the
+  transcript's length before and after it: what the ``compactions`` table stores).
 - :func:`provider_view` shapes that transcript for a provider request: each assistant message's
   tool results directly after it in call order, aborted and errored assistant messages left out,
   calls still owed a result reported (never invented); :func:`provider_tail` gives its last
@@ -18,19 +17,19 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from operator import attrgetter
-from typing import Any, cast
+from typing import Any, NamedTuple
 
 import attrs
 
 from journal.model import SURFACE_TYPES, Event, EventType, StopReason
 
 __all__ = [
+    "Compaction",
     "Message",
     "MissingResult",
     "ProviderView",
-    "appended_tail",
+    "compactions",
     "fold",
-    "fold_outline",
     "is_compaction",
     "messages_of",
     "provider_tail",
@@ -114,63 +113,52 @@ def fold(events: Iterable[Event]) -> list[Message]:
     that come after it, however large ``stop`` is. A ``start`` at or past the end appends.
     Bookkeeping and ``x.`` events are ignored. Never raises on a malformed op: it appends.
     """
-    folded = fold_outline(sorted(events, key=attrgetter("seq")))
-    return messages_of(cast("list[Event]", folded))  # no range in, so no number out
-
-
-def fold_outline(outline: Iterable[Event | range]) -> list[Event | int]:
-    """``fold`` over an outline of a log: its events in seq order, except that a run of surface
-    events that only append may stand as a ``range`` of numbers, unread.
-
-    Returns the folded transcript, each unread event as its number: only the events that replace
-    need reading to know where every message stands. The caller reads the numbers it keeps.
-    """
-    folded: list[Event | int] = []
-    for item in outline:
-        if isinstance(item, range):
-            folded.extend(item)
-        elif item.type in SURFACE_TYPES:
-            span = _replace_span(item.data.get("surface_op"))
+    folded: list[Event] = []
+    for event in sorted(events, key=attrgetter("seq")):
+        if event.type in SURFACE_TYPES:
+            span = _replace_span(event.data.get("surface_op"))
             if span is None:
-                folded.append(item)
+                folded.append(event)
             else:
                 # One slice assignment: O(removed) decrefs plus one memmove of the tail. Python's
                 # slice clipping gives exactly fold's rules (stop past the end, start == len).
                 start, stop = span
-                folded[start : stop + 1] = (item,)
-    return folded
+                folded[start : stop + 1] = (event,)
+    return messages_of(folded)
+
+
+class Compaction(NamedTuple):
+    """Where a compaction stands: the event ``seq``, its op's ``first..last``, and the
+    transcript's length just ``before`` and ``after`` it (a row of the ``compactions`` table)."""
+
+    seq: int
+    first: int
+    last: int
+    before: int
+    after: int
+
+
+def compactions(events: Iterable[Event]) -> list[Compaction]:
+    """Where each compaction of a log (its events in seq order) stands, by ``fold``'s rules."""
+    out: list[Compaction] = []
+    length = 0
+    for event in events:
+        if event.type not in SURFACE_TYPES:
+            continue
+        span = _replace_span(event.data.get("surface_op"))
+        if span is None:
+            length += 1
+            continue
+        first, last = span
+        after = length + 1 if first >= length else length - (min(last, length - 1) - first)
+        out.append(Compaction(event.seq, first, last, length, after))
+        length = after
+    return out
 
 
 def is_compaction(event: Event) -> bool:
     """Whether the event is a surface event that replaces a range (``fold`` does not append it)."""
     return event.type in SURFACE_TYPES and _replace_span(event.data.get("surface_op")) is not None
-
-
-def appended_tail(newest_first: Sequence[Event], n: int, *, whole: bool = False) -> list[Message] | None:
-    """The transcript's last ``n`` messages (all, if it has fewer) from the log's newest events,
-    given newest first (``whole``: they are all of it), or ``None`` when they cannot tell.
-
-    Walking back, each plain append is the next message from the end. A compaction stands at its
-    ``start`` and removes up to ``stop``: it leaves the messages still to find alone only if the
-    transcript held at least ``stop + 1`` more than them before it. The events given before it,
-    folded on their own, prove that when they make that many (the transcript before it can only
-    be longer: each step of ``fold`` keeps lengths in order). Otherwise where it stands depends
-    on a length the events cannot tell: ``None``, as when they run out before ``n`` are found,
-    unless they are the whole log.
-    """
-    if whole:
-        return _last(fold(newest_first), n)
-    surface = [event for event in newest_first if event.type in SURFACE_TYPES]
-    found: list[Event] = []
-    for index, event in enumerate(surface):
-        if len(found) == n:
-            break
-        span = _replace_span(event.data.get("surface_op"))
-        if span is None:
-            found.append(event)
-        elif len(fold_outline(reversed(surface[index + 1 :]))) < span[1] + 1 + n - len(found):
-            return None
-    return messages_of(reversed(found)) if len(found) == n else None
 
 
 def messages_of(events: Iterable[Event]) -> list[Message]:

@@ -143,7 +143,7 @@ class GroupCommit:
                 for item in batch:
                     try:
                         item.result = item.work(db)
-                    except Exception as exc:  # noqa: BLE001 - any error of one append is that append's alone (G2)
+                    except Exception as exc:
                         if not db.in_transaction:
                             raise  # SQLite rolled the whole transaction back: every append in it failed
                         # Its one statement was undone by SQLite already, or never ran (a value

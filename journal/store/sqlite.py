@@ -42,7 +42,8 @@ APPLICATION_ID = 0x4A524E4C  # "JRNL"
 # 2: the derived-state triggers became one gate trigger and a view; the seq trigger one lookup.
 # 3: the turn journal names the process driving each turn (owner).
 # 4: an index on sessions (created_ms, id) pages the listing.
-SCHEMA_VERSION = 4
+# 5: the compactions table (and its triggers) places each compaction in its transcript.
+SCHEMA_VERSION = 5
 SQLITE_HEADER = _header.SQLITE_HEADER
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
 
@@ -95,8 +96,33 @@ def _migrate_3(db: SqliteDatabase) -> None:
     db.execute("CREATE INDEX sessions_created ON sessions (created_ms, id)")
 
 
+def _migrate_4(db: SqliteDatabase) -> None:
+    """Version 4 to 5: the compactions table, its view and triggers, and its rows for the
+    compactions already logged: the events that may be one go through the schema's own trigger,
+    parents before their forks and each session in seq order, so each is placed from those
+    before it. A read-only open of a version-4 file reads a transcript's tail by folding it."""
+    created = {"compactions", "compaction_events", "events_compaction", "compaction_events_apply"}
+    for statement in schema_statements(("TABLE", "VIEW", "TRIGGER")):
+        create, kind, name, rest = statement.split(None, 3)
+        if name in created:  # version 1's migration made the view and triggers already
+            db.execute(f"{create} {kind} IF NOT EXISTS {name} {rest}")
+    db.execute(
+        "WITH RECURSIVE depth (id, n) AS ("
+        " SELECT id, 0 FROM sessions WHERE parent_id IS NULL"
+        " UNION ALL SELECT s.id, d.n + 1 FROM depth AS d JOIN sessions AS s ON s.parent_id = d.id) "
+        "INSERT INTO compaction_events SELECT e.session_id, e.seq, e.type, e.data"
+        " FROM events AS e JOIN depth AS d ON d.id = e.session_id"
+        " WHERE instr(e.data, '\"surface_op\"') ORDER BY d.n, e.session_id, e.seq"
+    )
+
+
 # Each migration takes a file from its version to the next, inside the opening transaction.
-MIGRATIONS: dict[int, Callable[[SqliteDatabase], None]] = {1: _migrate_1, 2: _migrate_2, 3: _migrate_3}
+MIGRATIONS: dict[int, Callable[[SqliteDatabase], None]] = {
+    1: _migrate_1,
+    2: _migrate_2,
+    3: _migrate_3,
+    4: _migrate_4,
+}
 
 
 def _translate(
