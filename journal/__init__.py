@@ -139,3 +139,13 @@ __all__ = [
     "WriteOutcome",
     "open",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # ``journal.aio`` (the async face) is imported when first used: the sync API and the command
+    # line do not pay for asyncio.
+    if name == "aio":
+        import journal.aio
+
+        return journal.aio
+    raise AttributeError(f"module 'journal' has no attribute {name!r}")

@@ -48,6 +48,7 @@ OPERATIONS = (
     "resolve",
     "purge",
     "import",
+    "writer",
 )
 POINTS = tuple(f"{op}.{when}" for op in OPERATIONS for when in ("before_commit", "after_commit"))
 # Points around a tool's side effect, reached by tools that call ``reached`` (as the workload of

@@ -170,6 +170,12 @@ with journal.open(path) as j:                        # create_schema
     exported = [line.replace('"copy"', '"copy2"') for line in transfer.export_lines(j, ["copy"])]
     transfer.import_lines(j, exported)                  # import
     j.purge(s, copy_forks=True)                         # purge
+import asyncio
+
+async def through_the_async_face():
+    async with journal.aio.open(path) as aj:
+        await asyncio.gather(*(aj.append("copy2", "x.note", {"n": n}) for n in range(3, 6)))  # writer
+asyncio.run(through_the_async_face())
 print("finished")
 """
 
@@ -177,7 +183,7 @@ OTHER_POINTS = [
     f"{op}.{when}"
     for op in (
         "create_schema", "submit", "claim", "renew", "requeue", "fail", "reconcile", "effect_recovery", "notify",
-        "resolve", "import", "purge",
+        "resolve", "import", "purge", "writer",
     )  # fmt: skip
     for when in ("before_commit", "after_commit")
 ]

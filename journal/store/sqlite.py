@@ -221,6 +221,71 @@ class SqliteDatabase:
         return self._conn.in_transaction
 
 
+class _Batch:
+    """The writes inside one ``SqliteStore.batch`` transaction."""
+
+    def __init__(self, store: SqliteStore, conn: apsw.Connection, *, synced: bool) -> None:
+        self._store = store
+        self._conn = conn
+        self._synced = synced  # the COMMIT will survive power loss
+        self._open = False  # a savepoint is open
+
+    @property
+    def broken(self) -> bool:
+        """Whether SQLite rolled the whole transaction back (after a full disk or an I/O
+        error): nothing written in it stays, and nothing more can be."""
+        return not self._conn.in_transaction
+
+    @contextlib.contextmanager
+    def savepoint(self, operation: str, *, synced: bool, commit: bool) -> Iterator[SqliteDatabase]:
+        """One write inside the batch: kept if its body returns, undone alone if it raises."""
+        if self._open:
+            raise RuntimeError("journal: nested write transaction (use a *_txn helper)")
+        if synced and not self._synced:
+            raise RuntimeError(f"journal: {operation} must be synced, and this batch is not (mark it synced)")
+        conn = self._conn
+        try:
+            conn.execute("SAVEPOINT write")
+        except apsw.Error as exc:
+            raise self._store._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
+        self._open = True
+        db = SqliteDatabase(conn)
+        try:
+            try:
+                yield db
+            except _UNBINDABLE as exc:
+                self._undo()
+                raise _unbindable(exc) from exc
+            except BaseException:
+                self._undo()
+                raise
+            if not commit:
+                self._undo()
+                return
+            conn.execute("RELEASE write")
+            # A guess until the batch commits; a failed batch clears every guess.
+            self._store.next_seqs.update(db.next_seqs)
+        except apsw.Error as exc:
+            raise self._store._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
+        finally:
+            self._open = False
+
+    def statement(self, operation: str, sql: str, bindings: Any) -> int:
+        """One statement inside the batch: a refused one is undone by SQLite on its own."""
+        try:
+            self._conn.execute(sql, bindings)
+        except apsw.Error as exc:
+            raise self._store._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
+        return self._conn.changes()
+
+    def _undo(self) -> None:
+        if self._conn.in_transaction:  # else SQLite rolled everything back on its own
+            try:
+                self._conn.execute("ROLLBACK TO write; RELEASE write")
+            except apsw.Error:
+                pass  # the batch is broken; its COMMIT will tell
+
+
 class SqliteStore:
     """One connection to one journal file, with the pragmas of DESIGN §4.
 
@@ -244,6 +309,7 @@ class SqliteStore:
         self.busy_timeout_ms = busy_timeout_ms
         self._lock = threading.RLock()
         self._in_txn = False
+        self._batch: _Batch | None = None  # set while a batch (``batch``) holds the transaction
         # The seq each session's next event gets, as this connection last committed it. Another
         # connection may have appended since: it is a guess, and the schema's contiguity trigger
         # refuses an insert at a stale one (the caller then reads the seq in its transaction).
@@ -459,6 +525,10 @@ class SqliteStore:
         """
         with self._lock:
             conn = self._checked()
+            if self._batch is not None:
+                with self._batch.savepoint(operation, synced=synced, commit=commit) as db:
+                    yield db
+                return
             if self._in_txn:
                 raise RuntimeError("journal: nested write transaction (use a *_txn helper)")
             # SQLite fixes a commit's safety level outside the transaction only.
@@ -517,6 +587,11 @@ class SqliteStore:
         the schema has the outcome of a failed COMMIT: unknown, unless ``present`` finds the
         write. ``write`` has the commit boundary that crash points name.
         """
+        if self._batch is not None and self._lock.acquire(False):  # the batch's own thread
+            try:
+                return self._batch.statement(operation, sql, bindings)
+            finally:
+                self._lock.release()
         if crash.armed() or not self._lock.acquire(False):
             return None
         try:
@@ -536,6 +611,58 @@ class SqliteStore:
             return conn.changes()
         finally:
             self._lock.release()
+
+    @contextlib.contextmanager
+    def batch(self, operation: str, *, synced: bool = False) -> Iterator[_Batch]:
+        """One ``BEGIN IMMEDIATE`` transaction that many writes share: the async face's writer.
+
+        Until the body returns, each ``write`` (on this thread) is a savepoint inside it, and a
+        ``write_one`` a statement inside it: a write that fails is undone alone and the others
+        stay (G2). The one COMMIT at the end makes them all durable at once; its crash points
+        are ``<operation>.before_commit`` and ``<operation>.after_commit`` (the writes inside
+        name none). If the body raises, or SQLite itself rolled the transaction back after an
+        I/O error (``_Batch.broken``), every write in it is gone. ``synced`` as for ``write``.
+        """
+        with self._lock:
+            conn = self._checked()
+            if self._in_txn:
+                raise RuntimeError("journal: nested write transaction (use a *_txn helper)")
+            upgrade = synced and self.durability is not Durability.FULL
+            try:
+                if upgrade:
+                    conn.pragma("synchronous", "FULL")
+                conn.execute("BEGIN IMMEDIATE")
+            except apsw.Error as exc:
+                if upgrade:
+                    self._restore_synchronous()
+                raise self._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
+            self._in_txn = True
+            batch = self._batch = _Batch(self, conn, synced=synced or self.durability is Durability.FULL)
+            try:
+                try:
+                    yield batch
+                except BaseException:
+                    self._rollback()
+                    self.next_seqs.clear()
+                    raise
+                if batch.broken:
+                    self.next_seqs.clear()
+                    raise JournalIOError(operation, WriteOutcome.ABSENT, "SQLite rolled the transaction back")
+                if crash.armed():
+                    crash.reached(f"{operation}.before_commit")
+                try:
+                    conn.execute("COMMIT")
+                except apsw.Error as exc:
+                    self._rollback()
+                    self.next_seqs.clear()
+                    raise self._commit_failed(exc, operation, None) from exc
+                if crash.armed():
+                    crash.reached(f"{operation}.after_commit")
+            finally:
+                self._batch = None
+                self._in_txn = False
+                if upgrade:
+                    self._restore_synchronous()
 
     def _restore_synchronous(self) -> None:
         try:

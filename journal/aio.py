@@ -1,0 +1,649 @@
+"""The async face (DESIGN §13): ``journal.aio.open(path, ...)`` gives an ``AsyncJournal``.
+
+Every public method of ``Journal`` has an awaitable twin here with the same name, arguments,
+return values and errors; context managers become ``async with`` (``aj.turn(s)``,
+``turn.step()``, ``turn.dispatch(call_id)``, a claim), and ``follow`` is an async iterator.
+
+How it runs. One **writer thread** owns the write connection. A write awaited on the loop is
+queued; the writer takes everything queued, runs each write inside ONE transaction (each in a
+savepoint of its own, so a refused write fails alone: G2), commits once, and wakes each waiting
+coroutine with its own result or error. A write has returned only when that commit has (G1).
+Long maintenance calls (recover, reconcile, effect recovery, purge, checkpoint) run alone, with
+their own transactions, between batches. Reads run on reader connections in a small thread
+pool. The loop thread never waits on the database: it only queues and is woken.
+
+Cancellation. A write still queued when its task is cancelled is withdrawn: nothing is written.
+One the writer has taken runs to its end whatever happens to the task, which still sees
+``CancelledError``; read the journal to learn the outcome. ``close()`` drains: every write
+queued before it is committed or fails with a typed error, and later ones raise
+``JournalClosed``.
+
+Tools run on the loop, never inside a transaction::
+
+    async with journal.aio.open("agent.db") as aj:
+        async with aj.turn(session) as turn:
+            async with turn.step():
+                await turn.assistant("", tool_calls=[call])
+                async with turn.dispatch(call["id"]) as dispatched:   # durable before the tool
+                    await dispatched.result(await tool(**dispatched.arguments))
+
+Callbacks given to ``recover``, ``recover_effects`` and ``reconcile`` (a tool registry, an
+operator callback, ``on_progress``) are called in the writer thread, as the sync calls call
+them in the caller's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import inspect
+import threading
+from collections.abc import AsyncIterator, Callable, Generator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from journal import engine
+from journal.claims import Claim
+from journal.engine import Journal
+from journal.errors import InvalidArgument, JournalClosed, LeaseLost
+from journal.model import Event
+from journal.queue import DEFAULT_LEASE_MS
+from journal.results import Dispatch, PutResult
+from journal.turns import Turn
+
+__all__ = ["AsyncClaim", "AsyncDispatch", "AsyncJournal", "AsyncTurn", "open"]
+
+# The writer's batch: its crash points are writer.before_commit and writer.after_commit.
+WRITER = "writer"
+# At most this many writes share a commit (the rest ride the next one).
+MAX_BATCH = 1024
+READERS = 2
+
+# The twins, by how they run. Writes share the writer's batches; the calls that commit in
+# steps of their own (and may run tools or callbacks) run alone between batches; reads run on
+# the reader connections.
+_WRITES = (
+    "create_session", "append", "append_many", "fork", "turn_start", "step_start", "step_end",
+    "provider_started", "record_assistant", "turn_end", "save_chunk", "dispatch", "put_result",
+    "submit", "renew", "requeue", "claim", "fail", "compact", "resolve",
+)  # fmt: skip
+_ALONE = ("recover", "recover_effects", "reconcile", "purge", "checkpoint")
+_READS = (
+    "session", "sessions", "session_totals", "events", "count", "stream_chunks", "turn_state",
+    "submission", "submissions", "scan", "open_turns", "interrupted", "plan", "plan_recovery",
+    "indeterminate", "messages", "provider_view", "check", "integrity_check",
+)  # fmt: skip
+# Writes whose commit must survive power loss even under durability="normal" (G6).
+_SYNCED = frozenset({"dispatch"})
+
+
+class _Item:
+    """One queued write: the call to make on the writer's ``Journal``, then its fate."""
+
+    __slots__ = ("alone", "call", "error", "future", "loop", "result", "synced", "taken")
+
+    def __init__(self, call: Callable[[Journal], Any], loop: asyncio.AbstractEventLoop, *, alone: bool, synced: bool) -> None:
+        self.call = call
+        self.loop = loop
+        self.future: asyncio.Future[Any] = loop.create_future()
+        self.alone = alone
+        self.synced = synced
+        self.taken = False  # handed to the writer: it runs to its end whatever the task does
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class _Writer:
+    """The thread that owns the write connection and commits what is queued, in batches."""
+
+    def __init__(self, opener: Callable[[], Journal]) -> None:
+        self._opener = opener
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: collections.deque[_Item] = collections.deque()
+        self._closing = False
+        self.journal: Journal | None = None
+        self.commits = 0  # batches committed (for the benchmarks: fsyncs under "full")
+        self._started: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
+        self._stopped: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
+        self._on_commit: Callable[[], None] | None = None
+        self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
+
+    def start(self, loop: asyncio.AbstractEventLoop, on_commit: Callable[[], None]) -> asyncio.Future[None]:
+        future = loop.create_future()
+        self._started = (loop, future)
+        self._on_commit = on_commit
+        self._thread.start()
+        return future
+
+    def put(self, item: _Item) -> None:
+        with self._cond:
+            if self._closing:
+                raise JournalClosed()
+            self._queue.append(item)
+            self._cond.notify()
+
+    def withdraw(self, item: _Item) -> bool:
+        """Take a write back if the writer has not taken it yet; whether it was."""
+        with self._cond:
+            if item.taken:
+                return False
+            self._queue.remove(item)
+            return True
+
+    def stop(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
+        """Refuse new writes, commit the queued ones, close the connection; done when it is."""
+        future = loop.create_future()
+        with self._cond:
+            self._stopped = (loop, future)
+            self._closing = True
+            self._cond.notify()
+        return future
+
+    # -- the thread ------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        assert self._started is not None
+        try:
+            self.journal = self._opener()
+        except BaseException as exc:  # noqa: BLE001 - handed to the opener's task
+            with self._cond:
+                self._closing = True
+            _call_soon(self._started[0], _settle_future, self._started[1], None, exc)
+            return
+        _call_soon(self._started[0], _settle_future, self._started[1], None, None)
+        error: BaseException | None = None
+        try:
+            while True:
+                batch = self._take()
+                if not batch:
+                    break
+                if batch[0].alone:
+                    self._run_alone(batch[0])
+                else:
+                    self._run_batch(batch)
+                self._wake(batch)
+        finally:
+            try:
+                self.journal.close()
+            except BaseException as exc:  # noqa: BLE001 - handed to close()'s task
+                error = exc
+            with self._cond:
+                stopped = self._stopped
+                self._closing = True
+                left = list(self._queue)
+                self._queue.clear()
+            for item in left:  # only if the loop above died: fail them rather than drop them
+                item.error = JournalClosed()
+            self._wake(left)
+            if stopped is not None:
+                _call_soon(stopped[0], _settle_future, stopped[1], None, error)
+
+    def _take(self) -> list[_Item]:
+        """The next round: a call that runs alone, or every queued write up to ``MAX_BATCH``;
+        empty once closing with nothing left."""
+        with self._cond:
+            while not self._queue and not self._closing:
+                self._cond.wait()
+            if not self._queue:
+                return []
+            first = self._queue.popleft()
+            first.taken = True
+            batch = [first]
+            if not first.alone:
+                while self._queue and not self._queue[0].alone and len(batch) < MAX_BATCH:
+                    item = self._queue.popleft()
+                    item.taken = True
+                    batch.append(item)
+            return batch
+
+    def _run_alone(self, item: _Item) -> None:
+        assert self.journal is not None
+        try:
+            item.result = item.call(self.journal)
+        except BaseException as exc:  # noqa: BLE001 - the caller's error, raised in its task
+            item.error = exc
+
+    def _run_batch(self, batch: list[_Item]) -> None:
+        journal = self.journal
+        assert journal is not None
+        store = journal._store
+        try:
+            with store.batch(WRITER, synced=any(item.synced for item in batch)) as shared:
+                for item in batch:
+                    try:
+                        item.result = item.call(journal)
+                    except BaseException as exc:  # noqa: BLE001 - this write fails alone
+                        item.result, item.error = None, exc
+                    if shared.broken:
+                        break  # SQLite rolled everything back: the batch fails as a whole
+            self.commits += 1
+        except BaseException as exc:  # noqa: BLE001 - the commit failed: every write in it did
+            for item in batch:
+                if item.error is None:
+                    item.result, item.error = None, exc
+
+    def _wake(self, items: list[_Item]) -> None:
+        """Hand each write's fate to its loop: one wake-up per loop, not one per write."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Item]] = {}
+        for item in items:
+            by_loop.setdefault(item.loop, []).append(item)
+        for loop, mine in by_loop.items():
+            _call_soon(loop, self._settle, mine)
+
+    def _settle(self, items: list[_Item]) -> None:
+        for item in items:
+            _settle_future(item.future, item.result, item.error)
+        if self._on_commit is not None:
+            self._on_commit()
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> None:
+    try:
+        loop.call_soon_threadsafe(callback, *args)
+    except RuntimeError:
+        pass  # the loop is closed: nobody is waiting any more
+
+
+def _settle_future(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():  # the task was cancelled while its write ran
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+class _Readers:
+    """Reader connections, one per thread of a small pool, opened when first needed."""
+
+    def __init__(self, opener: Callable[[], Journal], size: int) -> None:
+        self._opener = opener
+        self._local = threading.local()
+        self._opened: list[Journal] = []
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="journal-reader")
+
+    def journal(self) -> Journal:
+        j = getattr(self._local, "journal", None)
+        if j is None:
+            j = self._local.journal = self._opener()
+            with self._lock:
+                self._opened.append(j)
+        return j
+
+    async def run(self, call: Callable[[Journal], Any]) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, lambda: call(self.journal()))
+
+    def close(self) -> None:
+        """Wait for the reads in flight, then close every reader connection (off the loop)."""
+        self._pool.shutdown(wait=True)
+        with self._lock:
+            opened, self._opened = self._opened, []
+        for j in opened:
+            j.close()
+
+
+class AsyncJournal:
+    """An open journal for asyncio: ``async with journal.aio.open(path) as aj`` (or ``aj =
+    await journal.aio.open(path)`` and ``await aj.close()``). Bound to the loop that opened it."""
+
+    def __init__(self, path: Any, options: dict[str, Any], readers: int = READERS) -> None:
+        self._path = path
+        self._options = options
+        self._writer = _Writer(functools.partial(engine.open, path, **options))
+        read_options = {k: v for k, v in options.items() if k in ("busy_timeout_ms", "max_event_bytes", "vfs")}
+        self._readers = _Readers(functools.partial(engine.open, path, readonly=True, **read_options), readers)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._opened = False
+        self._closed = False
+        self._committed: asyncio.Event | None = None  # set after each batch: followers look again
+
+    # -- opening and closing ---------------------------------------------------------------------
+
+    async def _open(self) -> AsyncJournal:
+        if not self._opened:
+            self._loop = asyncio.get_running_loop()
+            self._committed = asyncio.Event()
+            self._opened = True
+            await self._writer.start(self._loop, self._committed.set)
+        return self
+
+    def __await__(self) -> Generator[Any, None, AsyncJournal]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> AsyncJournal:
+        return await self._open()
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Commit every write queued before now, then close the connections. Writes after it
+        raise ``JournalClosed``; closing twice does nothing."""
+        if self._closed or not self._opened:
+            self._closed = True
+            return
+        self._closed = True
+        assert self._loop is not None
+        try:
+            await self._writer.stop(self._loop)
+        finally:
+            await self._loop.run_in_executor(None, self._readers.close)
+
+    @property
+    def path(self) -> str:
+        return str(self._writer.journal.path if self._writer.journal is not None else self._path)
+
+    @property
+    def durability(self) -> Any:
+        if self._writer.journal is None:
+            raise JournalClosed()
+        return self._writer.journal.durability
+
+    @property
+    def commits(self) -> int:
+        """How many batches the writer has committed (each one fsync under ``"full"``)."""
+        return self._writer.commits
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open" if self._opened else "not opened"
+        return f"<AsyncJournal {str(self._path)!r} {state}>"
+
+    # -- how a twin runs ---------------------------------------------------------------------------
+
+    async def _write(self, call: Callable[[Journal], Any], *, alone: bool = False, synced: bool = False) -> Any:
+        if self._closed or not self._opened:
+            raise JournalClosed()
+        assert self._loop is not None
+        item = _Item(call, self._loop, alone=alone, synced=synced)
+        self._writer.put(item)
+        try:
+            return await item.future
+        except asyncio.CancelledError:
+            self._writer.withdraw(item)  # withdrawn if still queued; else it completes anyway
+            raise
+
+    async def _read(self, call: Callable[[Journal], Any]) -> Any:
+        if self._closed or not self._opened:
+            raise JournalClosed()
+        return await self._readers.run(call)
+
+    # -- the twins with handles --------------------------------------------------------------------
+
+    async def turn_start(self, session_id: str) -> AsyncTurn:
+        turn = await self._write(lambda j: j.turn_start(session_id))
+        return AsyncTurn(self, turn)
+
+    def turn(self, session_id: str) -> _TurnScope:
+        """``async with aj.turn(s) as turn``: ``turn_end`` (complete) on a normal exit unless
+        the body ended it; left OPEN if the body raises, for recovery to close honestly."""
+        return _TurnScope(self, session_id)
+
+    def dispatch(
+        self,
+        session_id: str,
+        call_id: str,
+        *,
+        turn: Turn | AsyncTurn | None = None,
+        idempotency_key: str | None = None,
+        request_id: str | None = None,
+        effect: str | None = None,
+    ) -> _Dispatching:
+        """``await`` it, or ``async with`` it: the dispatch is committed (synced, G6) before
+        either returns, so the tool runs only on a durable record."""
+        sync_turn = turn.handle if isinstance(turn, AsyncTurn) else turn
+
+        def call(j: Journal) -> Dispatch:
+            return j.dispatch(
+                session_id, call_id, turn=sync_turn, idempotency_key=idempotency_key, request_id=request_id, effect=effect
+            )
+
+        return _Dispatching(self, call)
+
+    async def claim(
+        self,
+        *,
+        session_id: str | None = None,
+        owner: str | None = None,
+        lease_ms: int = DEFAULT_LEASE_MS,
+        now_ms: int | None = None,
+    ) -> AsyncClaim | None:
+        claim = await self._write(lambda j: j.claim(session_id=session_id, owner=owner, lease_ms=lease_ms, now_ms=now_ms))
+        return None if claim is None else AsyncClaim(self, claim)
+
+    async def follow(
+        self, session_id: str, *, since: int = 0, interval: float = 0.1
+    ) -> AsyncIterator[Event]:
+        """The session's events from ``since`` on, then each new one as it is appended (by this
+        journal, another ``Journal`` or another process), until the iteration is stopped.
+        Appends through this journal wake it at once; others are seen within ``interval``
+        seconds."""
+        if not isinstance(interval, (int, float)) or isinstance(interval, bool) or not interval > 0:
+            raise InvalidArgument("interval", f"must be a number of seconds > 0, not {interval!r}")
+        assert self._committed is not None
+        while True:
+            self._committed.clear()
+            events = await self._read(lambda j: j.events(session_id, since=since))
+            for event in events:
+                yield event
+                since = event.seq + 1
+            if not events:
+                try:
+                    await asyncio.wait_for(self._committed.wait(), interval)
+                except asyncio.TimeoutError:
+                    pass
+
+
+def _unwrap(value: Any) -> Any:
+    """The sync handle behind an async one (a turn or a claim given as an argument)."""
+    return value.handle if isinstance(value, (AsyncTurn, AsyncClaim)) else value
+
+
+def _twin(name: str, kind: str) -> Callable[..., Any]:
+    sync = getattr(Journal, name)
+
+    async def twin(self: AsyncJournal, *args: Any, **kwargs: Any) -> Any:
+        args = tuple(_unwrap(a) for a in args)
+        kwargs = {k: _unwrap(v) for k, v in kwargs.items()}
+
+        def call(j: Journal) -> Any:
+            return getattr(j, name)(*args, **kwargs)
+
+        if kind == "read":
+            return await self._read(call)
+        return await self._write(call, alone=kind == "alone", synced=name in _SYNCED)
+
+    twin.__name__ = twin.__qualname__ = name
+    twin.__doc__ = sync.__doc__
+    twin.__signature__ = inspect.signature(sync)  # type: ignore[attr-defined]
+    return twin
+
+
+for _name in _WRITES:
+    if _name not in AsyncJournal.__dict__:
+        setattr(AsyncJournal, _name, _twin(_name, "write"))
+for _name in _ALONE:
+    setattr(AsyncJournal, _name, _twin(_name, "alone"))
+for _name in _READS:
+    setattr(AsyncJournal, _name, _twin(_name, "read"))
+
+
+class AsyncTurn:
+    """An open turn (``Turn``'s twin): each call is a write of the async face."""
+
+    def __init__(self, aj: AsyncJournal, handle: Turn) -> None:
+        self._aj = aj
+        self.handle = handle  # the sync handle, owned by the writer thread
+
+    session_id = property(lambda self: self.handle.session_id)
+    start_seq = property(lambda self: self.handle.start_seq)
+    turn = property(lambda self: self.handle.turn)
+    attempt = property(lambda self: self.handle.attempt)
+    step_number = property(lambda self: self.handle.step_number)
+    submission_id = property(lambda self: self.handle.submission_id)
+    stream_key = property(lambda self: self.handle.stream_key)
+    closed = property(lambda self: self.handle.closed)
+
+    async def step_start(self) -> Event:
+        return await self._aj._write(lambda j: self.handle.step_start())
+
+    async def step_end(self, *, outcome: str = "ok") -> Event:
+        return await self._aj._write(lambda j: self.handle.step_end(outcome=outcome))
+
+    def step(self) -> _StepScope:
+        """``async with turn.step()``: ``step_start`` now; ``step_end`` on exit (``outcome:
+        "error"`` if the body raises)."""
+        return _StepScope(self)
+
+    async def provider_started(self, *, stream_key: str | None = None) -> None:
+        await self._aj._write(lambda j: self.handle.provider_started(stream_key=stream_key))
+
+    async def save_chunk(self, index: int, content: str) -> bool:
+        return await self._aj._write(lambda j: self.handle.save_chunk(index, content))
+
+    async def assistant(self, content: Any, **fields: Any) -> Event:
+        return await self._aj._write(lambda j: self.handle.assistant(content, **fields))
+
+    def dispatch(self, call_id: str, **fields: Any) -> _Dispatching:
+        return self._aj.dispatch(self.session_id, call_id, turn=self, **fields)
+
+    async def put_result(self, call_id: str, content: Any, **fields: Any) -> PutResult:
+        return await self._aj._write(lambda j: self.handle.put_result(call_id, content, **fields))
+
+    async def complete(self) -> Event:
+        return await self._aj._write(lambda j: self.handle.complete())
+
+    async def reject(self) -> Event:
+        return await self._aj._write(lambda j: self.handle.reject())
+
+    def __repr__(self) -> str:
+        return f"Async{self.handle!r}"
+
+
+class _TurnScope:
+    def __init__(self, aj: AsyncJournal, session_id: str) -> None:
+        self._aj = aj
+        self._session_id = session_id
+        self._turn: AsyncTurn | None = None
+
+    async def __aenter__(self) -> AsyncTurn:
+        self._turn = await self._aj.turn_start(self._session_id)
+        return self._turn
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        assert self._turn is not None
+        if exc_type is None and not self._turn.closed:
+            await self._turn.complete()
+
+
+class _StepScope:
+    def __init__(self, turn: AsyncTurn) -> None:
+        self._turn = turn
+
+    async def __aenter__(self) -> AsyncTurn:
+        await self._turn.step_start()
+        return self._turn
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self._turn.step_number is None:
+            return
+        if exc_type is None:
+            await self._turn.step_end()
+            return
+        try:
+            await self._turn.step_end(outcome="error")
+        except LeaseLost:
+            pass
+
+
+class AsyncDispatch:
+    """A committed dispatch (``Dispatch``'s twin): the ``tool_call`` event, and ``result``."""
+
+    def __init__(self, aj: AsyncJournal, handle: Dispatch) -> None:
+        self._aj = aj
+        self.handle = handle
+
+    event = property(lambda self: self.handle.event)
+    call_id = property(lambda self: self.handle.call_id)
+    arguments = property(lambda self: self.handle.arguments)
+    outcome = property(lambda self: self.handle.outcome)
+
+    async def result(self, content: Any, **fields: Any) -> PutResult:
+        return await self._aj._write(lambda j: self.handle.result(content, **fields))
+
+    async def __aenter__(self) -> AsyncDispatch:
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        # A tool that raised leaves its call dispatched without a result: the honest record.
+        return None
+
+
+class _Dispatching:
+    """What ``dispatch`` returns: awaitable, or entered with ``async with``."""
+
+    def __init__(self, aj: AsyncJournal, call: Callable[[Journal], Dispatch]) -> None:
+        self._aj = aj
+        self._call = call
+        self._done: AsyncDispatch | None = None
+
+    async def _run(self) -> AsyncDispatch:
+        if self._done is None:
+            self._done = AsyncDispatch(self._aj, await self._aj._write(self._call, synced=True))
+        return self._done
+
+    def __await__(self) -> Generator[Any, None, AsyncDispatch]:
+        return self._run().__await__()
+
+    async def __aenter__(self) -> AsyncDispatch:
+        return await self._run()
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        return None
+
+
+class AsyncClaim:
+    """A worker's hold on a running submission (``Claim``'s twin). ``async with`` it: a normal
+    exit completes its turn unless the body ended it; an exception leaves the turn open (the
+    lease runs out, and the reconciler decides), as ``aj.turn`` does."""
+
+    def __init__(self, aj: AsyncJournal, handle: Claim) -> None:
+        self._aj = aj
+        self.handle = handle
+        self.turn = AsyncTurn(aj, handle.turn)
+
+    submission = property(lambda self: self.handle.submission)
+    owner = property(lambda self: self.handle.owner)
+    resume = property(lambda self: self.handle.resume)
+    attempt = property(lambda self: self.handle.attempt)
+
+    async def complete(self) -> Event:
+        return await self.turn.complete()
+
+    async def reject(self) -> Event:
+        return await self.turn.reject()
+
+    async def fail(self, reason: str) -> None:
+        await self._aj._write(lambda j: self.handle.fail(reason))
+
+    async def requeue(self) -> None:
+        await self._aj._write(lambda j: self.handle.requeue())
+
+    async def renew(self, *, lease_ms: int = DEFAULT_LEASE_MS) -> None:
+        await self._aj._write(lambda j: self.handle.renew(lease_ms=lease_ms))
+
+    async def __aenter__(self) -> AsyncClaim:
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None and not self.turn.closed:
+            await self.complete()
+
+
+def open(path: Any, **options: Any) -> AsyncJournal:
+    """An ``AsyncJournal`` on the journal at ``path``, with the options of ``journal.open``:
+    ``async with journal.aio.open(path) as aj``, or ``aj = await journal.aio.open(path)``.
+    The file is opened (and a bad option refused) in the writer thread when it is awaited."""
+    return AsyncJournal(path, options)
