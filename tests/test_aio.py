@@ -1,0 +1,522 @@
+"""The async face (DESIGN §13): ``journal.aio``, its writer thread, its guarantees.
+
+Each test runs its own event loop (``asyncio.run``). Durability and crash safety are checked
+through a fresh connection or a fresh, SIGKILLed process, as for the sync API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import journal
+import journal.aio
+from journal.aio import AsyncJournal
+from journal.testing import Ledger
+
+from .conftest import python_child, run_child
+
+CALL = {"id": "c1", "name": "add", "arguments": {"a": 1, "b": 2}}
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"content": text}
+
+
+# -- the twins ------------------------------------------------------------------------------------
+
+# Journal's public names that are not calls to twin (the file's properties and closing).
+NOT_TWINS = {"path", "durability", "close"}
+
+
+def test_every_public_method_of_journal_has_an_awaitable_twin_with_its_signature() -> None:
+    names = {n for n in dir(journal.Journal) if not n.startswith("_")} - NOT_TWINS
+    for name in sorted(names):
+        sync, twin = getattr(journal.Journal, name), getattr(AsyncJournal, name, None)
+        assert twin is not None, name
+        wanted = inspect.signature(sync)
+        if name == "turn":  # a context manager: `async with aj.turn(s)`
+            assert list(inspect.signature(twin).parameters) == list(wanted.parameters), name
+            continue
+        if name == "dispatch":  # awaitable or `async with`; takes an AsyncTurn too
+            assert list(inspect.signature(twin).parameters) == list(wanted.parameters), name
+            continue
+        assert inspect.iscoroutinefunction(twin), name
+        if name in ("turn_start", "claim"):  # they return the async handles
+            assert list(inspect.signature(twin).parameters) == list(wanted.parameters), name
+            continue
+        assert inspect.signature(twin) == wanted, name
+
+
+def test_a_session_through_the_async_face_reads_back_as_the_sync_api_wrote_it(tmp_path: Path) -> None:
+    async def main() -> list[journal.Event]:
+        async with journal.aio.open(tmp_path / "j.db") as aj:
+            session = await aj.create_session("s", meta={"title": "async"})
+            assert session.id == "s"
+            first = await aj.append("s", "user_message", user("add 1 and 2"))
+            assert (first.seq, first.data) == (0, user("add 1 and 2"))
+            async with aj.turn("s") as turn:
+                async with turn.step():
+                    await turn.assistant("", tool_calls=[CALL])
+                    async with turn.dispatch("c1") as call:
+                        assert call.arguments == {"a": 1, "b": 2}
+                        outcome = await call.result(str(sum(call.arguments.values())))
+                        assert outcome.won
+                async with turn.step():
+                    await turn.assistant("3", stop_reason="stop")
+            assert turn.closed
+            assert [m.content for m in await aj.messages("s")] == ["add 1 and 2", "", "3", "3"]
+            assert (await aj.session("s")).count == 11
+            assert await aj.check() == []
+            return await aj.events("s")
+
+    events = run(main())
+    with journal.open(tmp_path / "j.db") as j:  # a fresh connection
+        assert j.events("s") == events
+        assert [e.type for e in events] == [
+            "user_message", "turn_start", "step_start", "assistant_message", "tool_call", "tool_result",
+            "step_end", "step_start", "assistant_message", "step_end", "turn_end",
+        ]  # fmt: skip
+        assert j.scan().open_turns == ()
+
+
+def test_errors_are_the_sync_apis_and_are_raised_in_the_awaiting_task(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with journal.aio.open(tmp_path / "j.db") as aj:
+            with pytest.raises(journal.SessionNotFound):
+                await aj.append("nobody", "user_message", user("hi"))
+            await aj.create_session("s")
+            with pytest.raises(journal.SessionExists):
+                await aj.create_session("s")
+            with pytest.raises(journal.InvalidEvent):
+                await aj.append("s", "user_message", {"content": 3})
+            with pytest.raises(journal.SessionNotFound):
+                await aj.events("nobody")
+            assert await aj.count("s") == 0
+
+    run(main())
+
+
+def test_a_bad_option_or_a_foreign_file_is_refused_when_awaited(tmp_path: Path) -> None:
+    foreign = tmp_path / "notes.txt"
+    foreign.write_text("not a journal\n")
+
+    async def main() -> None:
+        with pytest.raises(journal.NotAJournal):
+            await journal.aio.open(foreign)
+        with pytest.raises(journal.InvalidArgument):
+            async with journal.aio.open(tmp_path / "j.db", durability="sometimes"):
+                pass
+
+    run(main())
+    assert foreign.read_text() == "not a journal\n"
+
+
+def test_after_close_every_call_raises_journal_closed(tmp_path: Path) -> None:
+    async def main() -> None:
+        aj = await journal.aio.open(tmp_path / "j.db")
+        await aj.create_session("s")
+        await aj.close()
+        await aj.close()  # twice: nothing
+        with pytest.raises(journal.JournalClosed):
+            await aj.append("s", "user_message", user("late"))
+        with pytest.raises(journal.JournalClosed):
+            await aj.events("s")
+
+    run(main())
+
+
+# -- group commit: shared commits, each write its own fate ------------------------------------------
+
+
+def test_g1_64_coroutines_share_commits_and_every_awaited_append_is_durable(tmp_path: Path) -> None:
+    async def main() -> tuple[list[journal.Event], int]:
+        async with journal.aio.open(tmp_path / "j.db") as aj:
+            for i in range(64):
+                await aj.create_session(f"s{i}")
+            before = aj.commits
+
+            async def agent(i: int) -> list[journal.Event]:
+                return [await aj.append(f"s{i}", "user_message", user(f"{i}.{k}")) for k in range(10)]
+
+            done = await asyncio.gather(*(agent(i) for i in range(64)))
+            return [e for events in done for e in events], aj.commits - before
+
+    returned, commits = run(main())
+    assert len(returned) == 640
+    assert commits < 640 / 4  # most commits carried several appends
+    with journal.open(tmp_path / "j.db") as j:
+        for event in returned:
+            assert j.events(event.session_id, since=event.seq)[0] == event
+
+
+def test_g2_a_refused_write_in_a_shared_commit_fails_alone(tmp_path: Path) -> None:
+    async def main() -> list[Any]:
+        async with journal.aio.open(tmp_path / "j.db") as aj:
+            await aj.create_session("s")
+            async with aj.turn("s") as turn:
+                await turn.step_start()
+                await turn.assistant("", tool_calls=[CALL])
+                await turn.dispatch("c1")
+                writes = [
+                    aj.append("s", "x.note", {"n": 1}),
+                    aj.append("nobody", "user_message", user("no such session")),  # SessionNotFound
+                    aj.append("s", "x.note", {"n": 2}),
+                    aj.dispatch("s", "c1"),  # AlreadyDispatched
+                    aj.append("s", "user_message", {"content": None}),  # InvalidEvent
+                    aj.dispatch("s", "c9"),  # UnknownToolCall
+                    aj.append("s", "x.note", {"n": 3}),
+                    aj.put_result("s", "c1", "3"),
+                    aj.put_result("s", "c1", "three"),  # the first result wins (G5)
+                ]
+                outcomes = await asyncio.gather(*writes, return_exceptions=True)
+                await turn.step_end()
+            return outcomes
+
+    outcomes = run(main())
+    kinds = [type(o).__name__ for o in outcomes]
+    assert kinds == [
+        "Event", "SessionNotFound", "Event", "AlreadyDispatched", "InvalidEvent", "UnknownToolCall", "Event",
+        "PutResult", "PutResult",
+    ]  # fmt: skip
+    assert outcomes[7].won and not outcomes[8].won
+    with journal.open(tmp_path / "j.db") as j:
+        notes = [e.data["n"] for e in j.events("s") if e.type == "x.note"]
+        assert notes == [1, 2, 3]
+        results = [e for e in j.events("s") if e.type == "tool_result"]
+        assert [r.data["content"] for r in results] == ["3"]
+        assert j.check() == []
+
+
+def test_g4_64_coroutines_appending_to_one_session_get_contiguous_distinct_seqs(tmp_path: Path) -> None:
+    async def main() -> list[int]:
+        async with journal.aio.open(tmp_path / "j.db", durability="normal") as aj:
+            await aj.create_session("s")
+
+            async def agent(i: int) -> list[int]:
+                return [(await aj.append("s", "x.note", {"who": i, "k": k})).seq for k in range(20)]
+
+            done = await asyncio.gather(*(agent(i) for i in range(64)))
+            return [seq for seqs in done for seq in seqs]
+
+    seqs = run(main())
+    assert sorted(seqs) == list(range(64 * 20))
+    with journal.open(tmp_path / "j.db") as j:
+        events = j.events("s")
+        assert [e.seq for e in events] == list(range(64 * 20))
+        per_agent: dict[int, list[int]] = {}
+        for e in events:
+            per_agent.setdefault(e.data["who"], []).append(e.data["k"])
+        assert all(ks == list(range(20)) for ks in per_agent.values())  # each agent's order kept
+
+
+def test_a_sync_journal_another_process_and_an_async_journal_write_the_same_file_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    with journal.open(path) as j:
+        for name in ("async", "thread", "process"):
+            j.create_session(name)
+    child = python_child(
+        """
+        import sys, journal
+        with journal.open(sys.argv[1]) as j:
+            for k in range(200):
+                j.append("process", "x.note", {"k": k})
+        """,
+        str(path),
+    )
+
+    def sync_writer() -> None:
+        with journal.open(path) as j:
+            for k in range(200):
+                j.append("thread", "x.note", {"k": k})
+
+    async def main() -> None:
+        async with journal.aio.open(path) as aj:
+            thread = threading.Thread(target=sync_writer)
+            thread.start()
+            await asyncio.gather(*(aj.append("async", "x.note", {"k": k}) for k in range(200)))
+            await asyncio.get_running_loop().run_in_executor(None, thread.join)
+
+    run(main())
+    assert child.wait(timeout=120) == 0, child.stderr.read() if child.stderr else ""
+    with journal.open(path) as j:
+        for name in ("async", "thread", "process"):
+            assert sorted(e.data["k"] for e in j.events(name)) == list(range(200)), name
+        assert j.check() == []
+
+
+# -- the loop never waits on the database -----------------------------------------------------------
+
+
+def test_the_loop_never_lags_more_than_5_ms_while_64_coroutines_append_durably(tmp_path: Path) -> None:
+    async def main() -> tuple[float, int]:
+        async with journal.aio.open(tmp_path / "j.db") as aj:
+            for i in range(64):
+                await aj.create_session(f"s{i}")
+            stop = False
+            lags: list[float] = []
+
+            async def probe() -> None:
+                while not stop:
+                    start = time.perf_counter()
+                    await asyncio.sleep(0.001)
+                    lags.append(time.perf_counter() - start - 0.001)
+
+            async def agent(i: int) -> None:
+                for k in range(30):
+                    await aj.append(f"s{i}", "user_message", user(f"{k}"))
+
+            probing = asyncio.create_task(probe())
+            await asyncio.sleep(0.01)
+            await asyncio.gather(*(agent(i) for i in range(64)))
+            stop = True
+            await probing
+            return max(lags), len(lags)
+
+    worst, samples = run(main())
+    assert samples > 10
+    assert worst <= 0.005, f"the loop lagged {worst * 1000:.1f} ms"
+
+
+# -- cancellation, and close with writes in flight -------------------------------------------------
+
+
+def _hold_the_writer(aj: AsyncJournal) -> tuple[threading.Event, threading.Event, asyncio.Future[Any]]:
+    """A write that holds the writer thread until released: what is queued behind it waits."""
+    started, release = threading.Event(), threading.Event()
+
+    def hold(j: journal.Journal) -> None:
+        started.set()
+        release.wait(30)
+
+    return started, release, asyncio.ensure_future(aj._write(hold, alone=True))
+
+
+def test_a_write_cancelled_before_the_writer_took_it_is_withdrawn(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with journal.aio.open(tmp_path / "j.db") as aj:
+            await aj.create_session("s")
+            started, release, held = _hold_the_writer(aj)
+            await asyncio.get_running_loop().run_in_executor(None, started.wait)
+            task = asyncio.ensure_future(aj.append("s", "user_message", user("never")))
+            await asyncio.sleep(0.01)  # queued behind the held write
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            release.set()
+            await held
+            kept = await aj.append("s", "user_message", user("after"))
+            assert kept.seq == 0  # nothing took seq 0 before it
+
+    run(main())
+    with journal.open(tmp_path / "j.db") as j:
+        assert [e.data["content"] for e in j.events("s")] == ["after"]
+
+
+def test_a_write_cancelled_after_the_writer_took_it_completes_and_the_task_sees_cancelled(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with journal.aio.open(tmp_path / "j.db") as aj:
+            await aj.create_session("s")
+            taken, release = threading.Event(), threading.Event()
+
+            def append_slowly(j: journal.Journal) -> journal.Event:
+                taken.set()
+                release.wait(30)
+                return j.append("s", "user_message", user("taken"))
+
+            task = asyncio.ensure_future(aj._write(append_slowly))
+            await asyncio.get_running_loop().run_in_executor(None, taken.wait)
+            task.cancel()
+            release.set()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            # Reading shows the outcome: it was committed all the same.
+            assert [e.data["content"] for e in await aj.events("s")] == ["taken"]
+
+    run(main())
+    with journal.open(tmp_path / "j.db") as j:
+        assert [e.data["content"] for e in j.events("s")] == ["taken"]
+
+
+def test_close_commits_every_write_queued_before_it_and_refuses_the_rest(tmp_path: Path) -> None:
+    async def main() -> list[Any]:
+        aj = await journal.aio.open(tmp_path / "j.db")
+        await aj.create_session("s")
+        started, release, held = _hold_the_writer(aj)
+        await asyncio.get_running_loop().run_in_executor(None, started.wait)
+        queued = [asyncio.ensure_future(aj.append("s", "x.note", {"k": k})) for k in range(50)]
+        await asyncio.sleep(0.01)  # all 50 are queued behind the held write
+        closing = asyncio.ensure_future(aj.close())
+        await asyncio.sleep(0.01)
+        late = asyncio.ensure_future(aj.append("s", "x.note", {"k": "late"}))
+        release.set()
+        await closing
+        await held
+        return await asyncio.gather(*queued, late, return_exceptions=True)
+
+    outcomes = run(main())
+    assert all(isinstance(o, journal.Event) for o in outcomes[:50])
+    assert isinstance(outcomes[50], journal.JournalClosed)
+    with journal.open(tmp_path / "j.db") as j:
+        assert [e.data["k"] for e in j.events("s")] == list(range(50))
+
+
+# -- following a session -------------------------------------------------------------------------------
+
+
+def test_follow_yields_the_log_then_each_new_event_from_this_journal_or_another(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+
+    async def main() -> list[Any]:
+        async with journal.aio.open(path) as aj:
+            await aj.create_session("s")
+            await aj.append("s", "x.note", {"k": 0})
+            seen: list[Any] = []
+
+            async def follower() -> None:
+                async for event in aj.follow("s", interval=0.02):
+                    seen.append(event.data["k"])
+                    if len(seen) == 3:
+                        return
+
+            following = asyncio.ensure_future(follower())
+            await asyncio.sleep(0.05)
+            await aj.append("s", "x.note", {"k": 1})
+
+            def elsewhere() -> None:
+                with journal.open(path) as j:
+                    j.append("s", "x.note", {"k": 2})
+
+            await asyncio.get_running_loop().run_in_executor(None, elsewhere)
+            await asyncio.wait_for(following, 10)
+            return seen
+
+    assert run(main()) == [0, 1, 2]
+
+
+# -- crashes: SIGKILL at the writer's commit boundaries ------------------------------------------------
+
+AGENT = """
+import asyncio, sys, journal
+from journal.testing import Ledger
+
+path, ledger = sys.argv[1], Ledger(sys.argv[2])
+
+async def agent(aj, s):
+    async with aj.turn(s) as turn:
+        async with turn.step():
+            await turn.assistant("", tool_calls=[{"id": f"{s}-call", "name": "charge", "arguments": {}}])
+            async with turn.dispatch(f"{s}-call") as call:
+                ledger.record(call=call.call_id)        # the side effect, on the loop
+                await call.result("charged")
+
+async def main():
+    async with journal.aio.open(path) as aj:
+        for i in range(8):
+            await aj.create_session(f"s{i}")
+        await asyncio.gather(*(agent(aj, f"s{i}") for i in range(8)))
+    print("finished")
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("point", ["writer.before_commit", "writer.after_commit"])
+@pytest.mark.parametrize("occurrence", [1, 3, 5, 8])
+def test_g5_g6_a_kill_at_a_writer_commit_leaves_no_effect_without_its_dispatch_and_recovery_closes_the_rest(
+    tmp_path: Path, point: str, occurrence: int
+) -> None:
+    path, ledger = tmp_path / "j.db", Ledger(tmp_path / "ledger")
+    done = run_child(AGENT, str(path), str(ledger.path), env={"JOURNAL_CRASH_AT": f"{point}:{occurrence}"})
+    assert done.returncode == -signal.SIGKILL, (done.stdout, done.stderr)
+    with journal.open(path) as j:
+        assert j.integrity_check() == ["ok"]
+        assert j.check() == []
+        ran = {entry["call"] for entry in ledger.entries()}
+        for session in j.sessions():
+            events = j.events(session.id)
+            dispatched = {e.data["id"] for e in events if e.type == "tool_call"}
+            results = [e.data["tool_call_id"] for e in events if e.type == "tool_result"]
+            assert len(results) == len(set(results))  # G5
+            # G6: a tool never ran on a dispatch a crash could take back.
+            assert {c for c in ran if c.startswith(f"{session.id}-")} <= dispatched
+        j.recover()
+        report = j.scan()
+        assert report.open_turns == ()
+        assert j.check() == []
+        for session in j.sessions():
+            results = [e for e in j.events(session.id) if e.type == "tool_result"]
+            assert len(results) <= 1
+    assert ledger.repeated("call") == {}
+
+
+def test_g1_an_awaited_append_survives_a_kill_of_its_process(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    child = python_child(
+        """
+        import asyncio, os, signal, sys, journal
+
+        async def main():
+            async with journal.aio.open(sys.argv[1]) as aj:
+                await aj.create_session("s")
+                await asyncio.gather(*(aj.append("s", "x.note", {"k": k}) for k in range(100)))
+                print("returned", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)   # no close, no cleanup
+
+        asyncio.run(main())
+        """,
+        str(path),
+    )
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == -signal.SIGKILL, err
+    assert out.strip() == "returned"
+    with journal.open(path) as j:
+        assert sorted(e.data["k"] for e in j.events("s")) == list(range(100))
+
+
+def test_a_kill_mid_batch_leaves_each_write_whole_and_the_restart_scan_and_recovery_finish(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    code = """
+    import asyncio, sys, journal
+
+    async def agent(aj, i):
+        await aj.create_session(f"s{i}")
+        turn = await aj.turn_start(f"s{i}")
+        await turn.step_start()
+        await turn.assistant("", tool_calls=[{"id": "a", "name": "t", "arguments": {}}, {"id": "b", "name": "t", "arguments": {}}])
+        await turn.dispatch("a")
+        await aj.append_many(f"s{i}", [("x.note", {"n": 1}), ("x.note", {"n": 2})])
+        await turn.put_result("a", "done")
+        await turn.dispatch("b")
+
+    async def main():
+        async with journal.aio.open(sys.argv[1]) as aj:
+            await asyncio.gather(*(agent(aj, i) for i in range(32)))
+
+    asyncio.run(main())
+    """
+    done = run_child(code, str(path), env={"JOURNAL_CRASH_AT": "writer.before_commit:6"})
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    with journal.open(path) as j:
+        assert j.check() == []
+        for session in j.sessions():
+            notes = [e.data["n"] for e in j.events(session.id) if e.type == "x.note"]
+            assert notes in ([], [1, 2])  # append_many: all or nothing (G2)
+        report = j.scan()
+        assert report.open_turns  # the kill left turns open
+        j.recover()
+        assert j.scan().open_turns == ()
+        assert j.check() == []
+        for session in j.sessions():
+            assert j.messages(session.id, provider=True) is not None  # every call answered
