@@ -13,8 +13,8 @@ their own transactions, between batches. Reads run on reader connections in a sm
 pool. The loop thread never waits on the database: it only queues and is woken.
 
 Cancellation. A write still queued when its task is cancelled is withdrawn: nothing is written.
-One the writer has taken runs to its end whatever happens to the task, which still sees
-``CancelledError``; read the journal to learn the outcome. ``close()`` drains: every write
+One the writer has taken runs to its end whatever happens to the task, which sees
+``CancelledError`` once that end is known (committed or failed): a read after it shows which. ``close()`` drains: every write
 queued before it is committed or fails with a typed error, and later ones raise
 ``JournalClosed``.
 
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import functools
 import inspect
 import threading
@@ -81,12 +82,13 @@ _SYNCED = frozenset({"dispatch"})
 class _Item:
     """One queued write: the call to make on the writer's ``Journal``, then its fate."""
 
-    __slots__ = ("alone", "call", "error", "future", "loop", "result", "synced", "taken")
+    __slots__ = ("alone", "call", "error", "finished", "future", "loop", "result", "synced", "taken")
 
     def __init__(self, call: Callable[[Journal], Any], loop: asyncio.AbstractEventLoop, *, alone: bool, synced: bool) -> None:
         self.call = call
         self.loop = loop
-        self.future: asyncio.Future[Any] = loop.create_future()
+        self.future: asyncio.Future[Any] = loop.create_future()  # the awaiting task's
+        self.finished: asyncio.Future[None] = loop.create_future()  # set once its fate is known
         self.alone = alone
         self.synced = synced
         self.taken = False  # handed to the writer: it runs to its end whatever the task does
@@ -234,6 +236,7 @@ class _Writer:
     def _settle(self, items: list[_Item]) -> None:
         for item in items:
             _settle_future(item.future, item.result, item.error)
+            _settle_future(item.finished, None, None)
         if self._on_commit is not None:
             self._on_commit()
 
@@ -362,7 +365,12 @@ class AsyncJournal:
         try:
             return await item.future
         except asyncio.CancelledError:
-            self._writer.withdraw(item)  # withdrawn if still queued; else it completes anyway
+            if not self._writer.withdraw(item):  # taken: it completes anyway
+                # Wait for its fate before the task sees the cancellation, so that a read after
+                # it shows the outcome; a second cancellation is raised once it is known too.
+                while not item.finished.done():
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.shield(item.finished)
             raise
 
     async def _read(self, call: Callable[[Journal], Any]) -> Any:

@@ -520,3 +520,123 @@ def test_a_kill_mid_batch_leaves_each_write_whole_and_the_restart_scan_and_recov
         assert j.check() == []
         for session in j.sessions():
             assert j.messages(session.id, provider=True) is not None  # every call answered
+
+
+# -- the other guarantees, through the async face ------------------------------------------------------
+
+
+async def _dispatched_turn(aj: AsyncJournal, session: str, call: dict[str, Any]) -> Any:
+    """A session with an open turn whose call is dispatched and has no result (a crash mid-tool)."""
+    await aj.create_session(session)
+    turn = await aj.turn_start(session)
+    await turn.step_start()
+    await turn.assistant("", tool_calls=[call])
+    await turn.dispatch(call["id"], effect="unsafe")
+    return turn
+
+
+def test_g3_purge_through_the_async_face_refuses_a_read_through_fork_unless_asked(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with journal.aio.open(tmp_path / "j.db") as aj:
+            await aj.create_session("s")
+            await aj.append_many("s", [("user_message", user("a")), ("user_message", user("b"))])
+            fork = await aj.fork("s", id="f")
+            with pytest.raises(journal.SessionHasForks):
+                await aj.purge("s")
+            result = await aj.purge("s", copy_forks=True)
+            assert result.forks_copied == (fork.id,)
+            assert [m.content for m in await aj.messages("f")] == ["a", "b"]
+            with pytest.raises(journal.SessionNotFound):
+                await aj.events("s")
+
+    run(main())
+
+
+def test_g5_a_late_result_is_kept_as_evidence_through_the_async_face(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with journal.aio.open(tmp_path / "j.db") as aj:
+            await _dispatched_turn(aj, "s", CALL)
+            first, second = await asyncio.gather(aj.put_result("s", "c1", "3"), aj.put_result("s", "c1", "three"))
+            assert first.won and not second.won and second.late is not None
+            types = [e.type for e in await aj.events("s")]
+            assert types.count("tool_result") == 1 and types.count("tool_result_late") == 1
+
+    run(main())
+
+
+def test_g7_g8_scan_writes_nothing_and_racing_recoveries_make_one_repair(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+
+    async def main() -> None:
+        async with journal.aio.open(path) as aj:
+            for i in range(20):
+                await _dispatched_turn(aj, f"s{i}", {**CALL, "id": f"c{i}"})
+            before = [await aj.count(f"s{i}") for i in range(20)]
+            report = await aj.scan()
+            assert len(report.open_turns) == 20
+            assert [await aj.count(f"s{i}") for i in range(20)] == before  # the scan wrote nothing
+
+            def sync_recover() -> None:
+                with journal.open(path) as j:
+                    j.recover(force=True)
+
+            thread = asyncio.get_running_loop().run_in_executor(None, sync_recover)
+            await asyncio.gather(aj.recover(force=True), thread)
+            counts = [await aj.count(f"s{i}") for i in range(20)]
+            await aj.recover(force=True)  # again: nothing to append
+            assert [await aj.count(f"s{i}") for i in range(20)] == counts
+            assert (await aj.scan()).open_turns == ()
+            for i in range(20):
+                results = [e for e in await aj.events(f"s{i}") if e.type == "tool_result"]
+                ends = [e for e in await aj.events(f"s{i}") if e.type == "turn_end"]
+                assert len(results) == 1 and len(ends) == 1  # one repair, not two
+            assert await aj.check() == []
+
+    run(main())
+
+
+def test_g9_g10_an_unsafe_call_that_may_have_run_becomes_indeterminate_until_resolved(tmp_path: Path) -> None:
+    ran: list[str] = []
+
+    async def main() -> None:
+        async with journal.aio.open(tmp_path / "j.db") as aj:
+            await _dispatched_turn(aj, "s", {**CALL, "name": "email"})
+            tools = journal.ToolRegistry()
+            tools.register("email", lambda args, ctx: ran.append(ctx.call_id), effects=journal.Unsafe())
+            await aj.recover_effects(tools)
+            assert ran == []  # never re-run (G9)
+            assert [c.call_id for c in await aj.indeterminate("s")] == ["c1"]  # a state (G10)
+            await aj.resolve("s", "c1", outcome="did_not_run")
+            assert await aj.indeterminate("s") == []
+
+    run(main())
+
+
+def test_g11_a_fork_through_the_async_face_never_inherits_an_open_turn(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with journal.aio.open(tmp_path / "j.db") as aj:
+            await _dispatched_turn(aj, "s", CALL)
+            with pytest.raises(journal.OpenTurnError):
+                await aj.fork("s")
+            assert [s.id for s in await aj.sessions()] == ["s"]
+
+    run(main())
+
+
+def test_g12_bad_input_in_a_shared_commit_writes_nothing_and_the_rest_commit(tmp_path: Path) -> None:
+    async def main() -> list[Any]:
+        async with journal.aio.open(tmp_path / "j.db", max_event_bytes=1000) as aj:
+            await aj.create_session("s")
+            return await asyncio.gather(
+                aj.append("s", "x.note", {"n": 1}),
+                aj.append("s", "user_message", {"content": "x" * 5000}),  # too big
+                aj.append("s", "user_message", {"content": "ok", "surface_op": ["replace", 3, 1]}),  # malformed op
+                aj.append_many("s", [("x.note", {"n": 2}), ("no_such_type", {})]),  # the batch: none of it
+                aj.append("s", "x.note", {"n": 3}),
+                return_exceptions=True,
+            )
+
+    outcomes = run(main())
+    assert [type(o).__name__ for o in outcomes] == ["Event", "InvalidEvent", "InvalidEvent", "InvalidEvent", "Event"]
+    with journal.open(tmp_path / "j.db") as j:
+        assert [e.data for e in j.events("s")] == [{"n": 1}, {"n": 3}]
