@@ -108,7 +108,7 @@ def test_errors_are_the_sync_apis_and_are_raised_in_the_awaiting_task(tmp_path: 
     run(main())
 
 
-def test_a_bad_option_or_a_foreign_file_is_refused_when_awaited(tmp_path: Path) -> None:
+def test_g13_a_foreign_file_or_a_bad_option_is_refused_when_awaited_and_left_untouched(tmp_path: Path) -> None:
     foreign = tmp_path / "notes.txt"
     foreign.write_text("not a journal\n")
 
