@@ -7,6 +7,7 @@ through a fresh connection or a fresh, SIGKILLed process, as for the sync API.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import signal
 import threading
@@ -640,3 +641,76 @@ def test_g12_bad_input_in_a_shared_commit_writes_nothing_and_the_rest_commit(tmp
     assert [type(o).__name__ for o in outcomes] == ["Event", "InvalidEvent", "InvalidEvent", "InvalidEvent", "Event"]
     with journal.open(tmp_path / "j.db") as j:
         assert [e.data for e in j.events("s")] == [{"n": 1}, {"n": 3}]
+
+
+# -- storage faults through the async face (the fault VFS) ----------------------------------------------
+
+
+def test_g1_a_power_cut_after_shared_commits_loses_no_awaited_write(vfs: Any, tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+
+    async def main() -> list[journal.Event]:
+        aj = await journal.aio.open(path, vfs=vfs.name)
+        for i in range(8):
+            await aj.create_session(f"s{i}")
+        returned = await asyncio.gather(*(aj.append(f"s{i % 8}", "x.note", {"k": i}) for i in range(64)))
+        vfs.power_loss(torn=True, seed=7)  # the power goes: nothing more reaches the disk
+        with contextlib.suppress(journal.JournalError):
+            await aj.close()  # its closing checkpoint fails on the dead disk
+        return returned
+
+    returned = run(main())
+    vfs.reset()
+    with journal.open(path) as j:
+        assert j.integrity_check() == ["ok"]
+        for event in returned:
+            assert j.events(event.session_id, since=event.seq)[0] == event
+        assert j.check() == []
+
+
+def test_g6_under_normal_a_dispatch_in_a_shared_commit_survives_a_power_cut(vfs: Any, tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+
+    async def main() -> None:
+        aj = await journal.aio.open(path, durability="normal", vfs=vfs.name)
+        await aj.create_session("s")
+        await aj.create_session("chat")
+        turn = await aj.turn_start("s")
+        await turn.step_start()
+        await turn.assistant("", tool_calls=[CALL])
+        # A dispatch queued with plain appends: the round that holds it is synced.
+        await asyncio.gather(turn.dispatch("c1"), *(aj.append("chat", "x.note", {"k": k}) for k in range(10)))
+        vfs.power_loss()  # the tool ran; then the power went
+        with contextlib.suppress(journal.JournalError):
+            await aj.close()
+
+    run(main())
+    vfs.reset()
+    with journal.open(path, durability="normal") as j:
+        assert [e.data["id"] for e in j.events("s") if e.type == "tool_call"] == ["c1"]
+
+
+def test_a_full_disk_fails_every_write_of_the_round_with_a_typed_error_and_the_next_round_works(
+    vfs: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "j.db"
+
+    async def main() -> tuple[list[Any], journal.Event]:
+        async with journal.aio.open(path, vfs=vfs.name) as aj:
+            await aj.create_session("s")
+            vfs.fail_write(1, full=True, persistent=True)  # the disk is full from the next write on
+            outcomes = await asyncio.gather(
+                *(aj.append("s", "x.note", {"k": k, "pad": "x" * 2000}) for k in range(20)), return_exceptions=True
+            )
+            vfs.heal()
+            return outcomes, await aj.append("s", "x.note", {"k": "after"})
+
+    outcomes, after = run(main())
+    failed = [o for o in outcomes if isinstance(o, BaseException)]
+    assert failed and all(isinstance(o, journal.JournalError) for o in failed), outcomes
+    vfs.reset()
+    with journal.open(path) as j:
+        kept = [e.data["k"] for e in j.events("s")]
+        returned = [o.data["k"] for o in outcomes if isinstance(o, journal.Event)]
+        assert kept == [*returned, "after"] and after.seq == len(returned)
+        assert j.check() == []
