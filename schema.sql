@@ -32,13 +32,22 @@ CREATE TABLE events (
         OR type = 'tool_result' OR type = 'tool_call' OR type = 'tool_result_late'
         OR type = 'turn_start' OR type = 'turn_end' OR type = 'step_start' OR type = 'step_end'
         OR type = 'stream_interrupted' OR type = 'stream_continued'
-        OR type = 'submission_interrupted' OR type = 'operator_resolution'
+        OR type = 'submission_interrupted' OR type = 'operator_resolution' OR type = 'retract'
         OR (type LIKE 'x.%' AND length(type) > 2)
     ),
     data       TEXT NOT NULL CHECK (json_valid(data) AND json_type(data) = 'object'),
     time_ms    INTEGER NOT NULL,
+    -- An idempotency key the appender chose (a framework's entry id, a retried batch's item):
+    -- unique per session, so a duplicate returns the stored event and writes nothing.
+    key        TEXT CHECK (key IS NULL OR length(key) BETWEEN 1 AND 256),
     PRIMARY KEY (session_id, seq)
 ) STRICT, WITHOUT ROWID;
+
+CREATE UNIQUE INDEX events_key ON events (session_id, key) WHERE key IS NOT NULL;
+-- A session's app events (`x.` types: what adapters store) of given types, newest first
+-- (`events(types=..., newest_first=True)`). Partial: an index entry on every append would cost
+-- each one about a third more; the engine's own types are dense in a log, read from its end.
+CREATE INDEX events_app ON events (session_id, type, seq) WHERE type LIKE 'x.%';
 
 -- G5: at most one result per (session, tool call); G6's record: one dispatch per call.
 CREATE UNIQUE INDEX events_one_result
@@ -111,19 +120,57 @@ CREATE TABLE stream_chunks (
     PRIMARY KEY (stream_key, idx)
 ) STRICT, WITHOUT ROWID;
 
--- Where each compaction stands in its session's transcript (derived from the log by the triggers
--- below): one row per surface event of the session's own whose surface_op is a well-formed
--- replace. `before` and `after` are the transcript's length (in messages, the fork's inherited
--- ones included) just before and after it. The last messages of a long chat are read from the
--- end of the log with these alone: a compaction's place needs no walk of what came before it.
+-- Per-session keyed state (a framework's channel values): each write is a new row, never an
+-- update; the latest row of a key is its value, and `at` (the session's event count when it was
+-- written) dates it, so the state as of any seq can be read back. Values are JSON text or bytes.
+CREATE TABLE state (
+    id         INTEGER PRIMARY KEY,
+    session_id TEXT NOT NULL REFERENCES sessions (id),
+    key        TEXT NOT NULL CHECK (length(key) BETWEEN 1 AND 256),
+    at         INTEGER NOT NULL CHECK (at >= 0),
+    kind       TEXT NOT NULL CHECK (kind IN ('json', 'bytes')),
+    value      BLOB NOT NULL,
+    CHECK (kind = 'bytes' OR json_valid(value))
+) STRICT;
+
+CREATE INDEX state_at ON state (session_id, key, at, id);
+
+-- The top-level scalar entries of each session's meta, for listing sessions by a meta value
+-- (kept by the trigger below: meta is written once, when the session is created).
+CREATE TABLE session_meta (
+    session_id TEXT NOT NULL REFERENCES sessions (id),
+    key        TEXT NOT NULL,
+    type       TEXT NOT NULL,
+    value      ANY,
+    PRIMARY KEY (key, type, value, session_id)
+) STRICT, WITHOUT ROWID;
+
+CREATE TRIGGER sessions_meta AFTER INSERT ON sessions
+WHEN NEW.meta IS NOT NULL
+BEGIN
+    INSERT INTO session_meta (session_id, key, type, value)
+    SELECT NEW.id, m.key, m.type, m.value FROM json_each(NEW.meta) AS m
+     WHERE m.type NOT IN ('object', 'array', 'null');
+END;
+
+-- Where each compaction and each retract stands in its session's transcript (derived from the
+-- log by the triggers below): one row per surface event of the session's own whose surface_op is
+-- a well-formed replace (`kind` 'replace': it stands at `first` in place of the messages up to
+-- `last`), and one per `retract` event (it removes the last message; `first` and `last` name
+-- the position it had). `before` and `after` are the transcript's length (in messages, a fork's
+-- inherited ones included) just before and after it. The last messages of a long chat are read
+-- from the end of the log with these alone: a compaction's place needs no walk of what came
+-- before it.
 CREATE TABLE compactions (
     session_id TEXT NOT NULL REFERENCES sessions (id),
     seq        INTEGER NOT NULL,
-    first      INTEGER NOT NULL CHECK (first >= 0),         -- the op's start
-    last       INTEGER NOT NULL CHECK (last >= first),      -- the op's stop
+    kind       TEXT NOT NULL DEFAULT 'replace' CHECK (kind IN ('replace', 'retract')),
+    first      INTEGER NOT NULL CHECK (first >= 0),
+    last       INTEGER NOT NULL CHECK (last >= first),
     before     INTEGER NOT NULL CHECK (before >= 0),
-    after      INTEGER NOT NULL CHECK (after BETWEEN 1 AND before + 1),
-    PRIMARY KEY (session_id, seq)
+    after      INTEGER NOT NULL,
+    PRIMARY KEY (session_id, seq),
+    CHECK ((kind = 'replace' AND after BETWEEN 1 AND before + 1) OR (kind = 'retract' AND after = max(before - 1, 0)))
 ) STRICT, WITHOUT ROWID;
 
 -- The durable input queue.
@@ -300,27 +347,29 @@ BEGIN
 END;
 
 -- A compaction's row. The gate lets through only events whose text names the op (the codec
--- writes keys unescaped); the view's trigger keeps the well-formed replaces of surface events
--- (fold's own rule) and places each from the compaction before it in the fork chain, counting
--- only the surface events since: the cost follows the events since the last compaction.
+-- writes keys unescaped) and retracts; the view's trigger keeps the well-formed replaces of
+-- surface events (fold's own rule) and every retract, and places each from the one before it in
+-- the fork chain, counting only the surface events since: the cost follows the events since the
+-- last compaction.
 CREATE VIEW compaction_events AS SELECT session_id, seq, type, data FROM events WHERE 0;
 
 CREATE TRIGGER events_compaction AFTER INSERT ON events
-WHEN instr(NEW.data, '"surface_op"')
+WHEN instr(NEW.data, '"surface_op"') OR NEW.type = 'retract'
 BEGIN
     INSERT INTO compaction_events VALUES (NEW.session_id, NEW.seq, NEW.type, NEW.data);
 END;
 
 CREATE TRIGGER compaction_events_apply INSTEAD OF INSERT ON compaction_events
-WHEN NEW.type IN ('system_message', 'user_message', 'assistant_message', 'tool_result')
+WHEN NEW.type = 'retract' OR (
+     NEW.type IN ('system_message', 'user_message', 'assistant_message', 'tool_result')
  AND json_type(NEW.data, '$.surface_op') = 'array'
  AND json_array_length(NEW.data, '$.surface_op') = 3
  AND json_type(NEW.data, '$.surface_op[0]') = 'text' AND NEW.data ->> '$.surface_op[0]' = 'replace'
  AND json_type(NEW.data, '$.surface_op[1]') = 'integer'
  AND json_type(NEW.data, '$.surface_op[2]') = 'integer'
- AND NEW.data ->> '$.surface_op[1]' BETWEEN 0 AND NEW.data ->> '$.surface_op[2]'
+ AND NEW.data ->> '$.surface_op[1]' BETWEEN 0 AND NEW.data ->> '$.surface_op[2]')
 BEGIN
-    INSERT INTO compactions (session_id, seq, first, last, before, after)
+    INSERT INTO compactions (session_id, seq, kind, first, last, before, after)
     WITH RECURSIVE
         -- The log before this event, as segments of each owner's own events, newest first.
         chain (owner, lo, hi, parent) AS (
@@ -342,10 +391,14 @@ BEGIN
                    AND e.seq >= max(c.lo, coalesce((SELECT seq FROM previous) + 1, 0))
                  WHERE e.type IN ('system_message', 'user_message', 'assistant_message', 'tool_result'))
         ),
-        op (first, last) AS (
-            SELECT NEW.data ->> '$.surface_op[1]', NEW.data ->> '$.surface_op[2]'
+        op (kind, first, last) AS (
+            SELECT 'retract', max(n - 1, 0), max(n - 1, 0) FROM length WHERE NEW.type = 'retract'
+            UNION ALL
+            SELECT 'replace', NEW.data ->> '$.surface_op[1]', NEW.data ->> '$.surface_op[2]' WHERE NEW.type <> 'retract'
         )
-    SELECT NEW.session_id, NEW.seq, first, last, n,
-           CASE WHEN first >= n THEN n + 1 ELSE n - (min(last, n - 1) - first) END
+    SELECT NEW.session_id, NEW.seq, kind, first, last, n,
+           CASE WHEN kind = 'retract' THEN max(n - 1, 0)
+                WHEN first >= n THEN n + 1
+                ELSE n - (min(last, n - 1) - first) END
       FROM length, op;
 END;

@@ -67,11 +67,12 @@ def _compactions(db: Database, session_id: str, seed: int) -> list[Disagreement]
     stored = {
         row[0]: Compaction(*row)
         for row in db.execute(
-            "SELECT seq, first, last, before, after FROM compactions WHERE session_id = ?", (session_id,)
+            "SELECT seq, kind, first, last, before, after FROM compactions WHERE session_id = ?", (session_id,)
         )
     }
     may = db.value(
-        "SELECT count(*) FROM events WHERE session_id = ? AND instr(data, '\"surface_op\"')", (session_id,)
+        "SELECT count(*) FROM events WHERE session_id = ? AND (instr(data, '\"surface_op\"') OR type = 'retract')",
+        (session_id,),
     )
     derived = {c.seq: c for c in compactions(_log.read_events_txn(db, session_id)) if c.seq >= seed} if may else {}
     out: list[Disagreement] = []
@@ -80,7 +81,7 @@ def _compactions(db: Database, session_id: str, seed: int) -> list[Disagreement]
         if have is None or want is None:
             out.append(Disagreement(session_id, "compactions", str(seq), "row", have is not None, want is not None))
             continue
-        for field in ("first", "last", "before", "after"):
+        for field in ("kind", "first", "last", "before", "after"):
             if getattr(have, field) != getattr(want, field):
                 out.append(Disagreement(session_id, "compactions", str(seq), field, getattr(have, field), getattr(want, field)))
     return out

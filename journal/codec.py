@@ -90,6 +90,8 @@ _FIELDS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"tool_call_id": _STR, "outcome": {o.value for o in OperatorOutcome}},
         {"note": _STR},
     ),
+    # The transcript's last message is taken back (nothing is deleted): `seq` names that message.
+    "retract": ({"seq": _INT}, {"reason": _STR}),
 }
 
 KNOWN_TYPES = frozenset(_FIELDS)
@@ -139,7 +141,24 @@ class Codec:
         return _encode_copy(type_, data, self.max_event_bytes, index)
 
 
-def _to_text(value: dict[str, Any]) -> str:
+    def encode_value(self, where: str, value: object) -> str:
+        """Validate any JSON value (a state value, say) under the same rules and size limit as
+        an event's data, and return its compact JSON text; raise ``InvalidArgument`` naming
+        ``where``."""
+        try:
+            copy = _copy_json(value, where, None, set())
+            text = _to_text(copy)
+            if not text.isascii() and _SURROGATE.search(text):
+                raise InvalidEvent(where, "holds a lone surrogate (not valid Unicode text)")
+        except InvalidEvent as exc:
+            raise InvalidArgument(where, exc.message()) from exc
+        size = len(text.encode("utf-8")) if len(text) * 4 > self.max_event_bytes else len(text)
+        if size > self.max_event_bytes:
+            raise InvalidArgument(where, f"encodes to {size} bytes, over the limit of {self.max_event_bytes}")
+        return text
+
+
+def _to_text(value: Any) -> str:
     """Compact JSON text of an already validated copy, as ``_encoder.encode`` gives it."""
     if _c_encoder is None:
         return _encoder.encode(value)

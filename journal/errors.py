@@ -340,3 +340,29 @@ class UnansweredCalls(JournalError):
             f"session {self.session_id!r}: tool calls {calls} have no result; a provider would refuse "
             "this transcript (run recover() first, or use provider_view() to see them)"
         )
+
+
+class CountMismatch(JournalError):
+    """A conditional append (``expected_count=``) found the session holding another number of
+    events: someone appended first. Nothing was written."""
+
+    def __init__(self, session_id: str, expected: int, actual: int) -> None:
+        super().__init__(session_id, expected, actual)
+        self.session_id, self.expected, self.actual = session_id, expected, actual
+
+    def message(self) -> str:
+        return (
+            f"session {self.session_id!r} holds {self.actual} events, not the {self.expected} expected "
+            "(another writer appended first; nothing was written)"
+        )
+
+
+class TurnHeld(JournalError):
+    """A turn could not be taken over: the process that opened it may still be driving it."""
+
+    def __init__(self, session_id: str, start_seq: int, owner: str | None, detail: str) -> None:
+        super().__init__(session_id, start_seq, owner, detail)
+        self.session_id, self.start_seq, self.owner, self.detail = session_id, start_seq, owner, detail
+
+    def message(self) -> str:
+        return f"session {self.session_id!r}: the turn at seq {self.start_seq} is held by {self.owner!r}: {self.detail}"

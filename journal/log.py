@@ -13,17 +13,20 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 
+from journal import state as _state
 from journal.codec import Codec, check_int
 from journal.errors import (
     AlreadyDispatched,
     BoundaryOutOfRange,
+    CountMismatch,
     InvalidArgument,
     InvalidBoundary,
+    InvalidEvent,
     NoOpenTurn,
     OpenTurnError,
     ResultExists,
@@ -38,6 +41,14 @@ from journal.store.groupcommit import GroupCommit
 _SESSION_ID = re.compile(r"[\x21-\x7e]{1,256}")
 _OPEN_TURN = "SELECT 1 FROM turn_journal INDEXED BY turn_journal_open WHERE session_id = ? AND end_seq IS NULL"
 _INSERT = "INSERT INTO events (session_id, seq, type, data, time_ms) VALUES (?, ?, ?, ?, ?)"
+_INSERT_KEYED = "INSERT INTO events (session_id, seq, type, data, time_ms, key) VALUES (?, ?, ?, ?, ?, ?)"
+# A keyed append of a session that reads nothing through a parent: the unique index alone then
+# keeps one event per key (a fork's inherited keys need the chain read: the slow path).
+_INSERT_OWN_KEYED = (
+    "INSERT INTO events (session_id, seq, type, data, time_ms, key) SELECT ?1, ?2, ?3, ?4, ?5, ?6 "
+    "WHERE (SELECT seed_length FROM sessions WHERE id = ?1) = 0"
+)
+_KEYED = "SELECT seq, type, data, time_ms FROM events WHERE session_id = ? AND key = ? AND seq >= ? AND seq < ?"
 # A result, or a dispatch inside an open turn, of a session that reads nothing through a parent:
 # then the schema's unique indexes alone keep one result and one dispatch per call. Otherwise
 # the statement inserts nothing, and the append takes the path that checks the fork chain.
@@ -57,6 +68,7 @@ _NEXT = (
 
 # A segment of a session's log: events of `owner` with lo <= seq < hi.
 Segment = tuple[str, int, float]
+_SEQ_END = 2**63 - 1  # past every seq: the bound of a session's own, open-ended segment
 
 
 def now_ms() -> int:
@@ -116,12 +128,23 @@ def call_id_of(type_: str, data: dict[str, Any]) -> str | None:
 
 
 def append_text_txn(
-    db: Database, session_id: str, type_: str, text: str, time_ms: int, *, call_id: str | None = None
+    db: Database, session_id: str, type_: str, text: str, time_ms: int, *, call_id: str | None = None, key: str | None = None
 ) -> int:
     """Append one validated event at the session's next seq, inside the caller's transaction."""
     seq = next_seq_in_txn(db, session_id)
-    insert_txn(db, session_id, seq, type_, text, time_ms, call_id=call_id)
+    insert_txn(db, session_id, seq, type_, text, time_ms, call_id=call_id, key=key)
     return seq
+
+
+def keyed_event_txn(db: Database, session_id: str, key: str) -> Event | None:
+    """The event of the session's log (inherited ones included) appended with ``key``, marked
+    ``existing``; ``None`` if there is none. One index seek per segment of the fork chain."""
+    for owner, lo, hi in chain_txn(db, session_id):
+        row = db.one(_KEYED, (owner, key, lo, int(min(hi, _SEQ_END))))
+        if row is not None:
+            seq, type_, text, time_ms = row
+            return Event(session_id, seq, type_, json.loads(text), time_ms, key, existing=True)
+    return None
 
 
 def next_seq_in_txn(db: Database, session_id: str) -> int:
@@ -141,6 +164,7 @@ def insert_txn(
     *,
     call_id: str | None = None,
     unanswered: bool = False,
+    key: str | None = None,
 ) -> None:
     """Insert one validated event, translating the schema's refusals into typed errors.
 
@@ -160,7 +184,10 @@ def insert_txn(
         if dispatched is not None:
             raise AlreadyDispatched(session_id, call_id, dispatched)
     try:
-        db.execute(_INSERT, (session_id, seq, type_, text, time_ms))
+        if key is None:
+            db.execute(_INSERT, (session_id, seq, type_, text, time_ms))
+        else:
+            db.execute(_INSERT_KEYED, (session_id, seq, type_, text, time_ms, key))
         db.next_seqs[session_id] = seq + 1
     except UniqueViolation as exc:
         if type_ == "tool_call":
@@ -237,14 +264,15 @@ def requested_seq_txn(db: Database, session_id: str, call_id: str) -> int | None
 def read_events_txn(db: Database, session_id: str, since: int = 0, until: float = float("inf")) -> list[Event]:
     """Events with ``since <= seq < until``, read through the fork chain."""
     return [
-        Event(session_id, seq, type_, json.loads(data), t) for seq, type_, data, t in read_rows_txn(db, session_id, since, until)
+        Event(session_id, seq, type_, json.loads(data), t, key)
+        for seq, type_, data, t, key in read_rows_txn(db, session_id, since, until)
     ]
 
 
 def read_rows_txn(
     db: Database, session_id: str, since: int = 0, until: float = float("inf")
-) -> list[tuple[int, str, str, int]]:
-    """The stored rows ``(seq, type, data text, time_ms)`` with ``since <= seq < until``."""
+) -> list[tuple[int, str, str, int, str | None]]:
+    """The stored rows ``(seq, type, data text, time_ms, key)`` with ``since <= seq < until``."""
     out: list[tuple[int, str, str, int]] = []
     for owner, lo, hi in reversed(chain_txn(db, session_id)):
         start, stop = max(lo, since), min(hi, until)
@@ -252,22 +280,74 @@ def read_rows_txn(
             continue
         if stop == float("inf"):
             rows = db.execute(
-                "SELECT seq, type, data, time_ms FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq",
+                "SELECT seq, type, data, time_ms, key FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq",
                 (owner, start),
             )
         else:
             rows = db.execute(
-                "SELECT seq, type, data, time_ms FROM events WHERE session_id = ? AND seq >= ? AND seq < ? ORDER BY seq",
+                "SELECT seq, type, data, time_ms, key FROM events WHERE session_id = ? AND seq >= ? AND seq < ? ORDER BY seq",
                 (owner, start, int(stop)),
             )
         out.extend(rows)
     return out
 
 
-def _stored(db: Database, row: tuple[str, int, str, str, int]) -> bool:
+def _stored(db: Database, row: tuple[Any, ...]) -> bool:
     """Whether this exact event (session, seq, data) is in the file: after a failed commit."""
-    session_id, seq, _type, text, _time = row
+    session_id, seq, _type, text = row[:4]
     return db.value("SELECT data = ? FROM events WHERE session_id = ? AND seq = ?", (text, session_id, seq)) == 1
+
+
+# Types only the engine appends, each through its own call.
+_ENGINE_ONLY = {"retract": "retract(session_id)"}
+
+
+def _refuse_engine_only(type_: str, index: int | None = None) -> None:
+    if type_ in _ENGINE_ONLY:
+        raise InvalidEvent("type", f"a {type_} event is appended by {_ENGINE_ONLY[type_]}, not by a plain append", index)
+
+
+def same_result(winner: dict[str, Any], loser: dict[str, Any]) -> bool:
+    """Whether a second result for a call says the same as the stored one (then it is not kept)."""
+    keys = ("content", "is_error", "name", "metadata")
+    return all(winner.get(k) == loser.get(k) for k in keys)
+
+
+def _check_types(types: object) -> tuple[str, ...]:
+    if isinstance(types, str) or not isinstance(types, Iterable):
+        raise InvalidArgument("types", f"must be a list of event types, not {types!r}")
+    out = tuple(types)
+    if not out or not all(isinstance(t, str) for t in out):
+        raise InvalidArgument("types", f"must be a non-empty list of event type names, not {out!r}")
+    return out
+
+
+def _filtered_txn(
+    db: Database, session_id: str, since: int, types: tuple[str, ...] | None, newest_first: bool, limit: int | None
+) -> list[Event]:
+    """``events()`` with a type filter, an order or a limit: each segment of the fork chain is one
+    walk (of the app-types index when every type asked for is an app type, else of the log's
+    primary key) from the chosen end, stopping after ``limit`` rows."""
+    where, args = "session_id = ? AND seq >= ? AND seq < ?", []
+    if types is not None:
+        where += f" AND type IN ({', '.join('?' * len(types))})"
+        args = list(types)
+        if all(t.startswith("x.") for t in types):
+            where += " AND type LIKE 'x.%'"  # the index's own condition: it may serve the walk
+    order = "DESC" if newest_first else "ASC"
+    sql = f"SELECT seq, type, data, time_ms, key FROM events WHERE {where} ORDER BY seq {order} LIMIT ?"
+    segments = chain_txn(db, session_id)
+    if not newest_first:
+        segments = segments[::-1]
+    rows: list[tuple[int, str, str, int, str | None]] = []
+    bound = -1 if limit is None else limit
+    for owner, lo, hi in segments:
+        if limit is not None and len(rows) >= limit:
+            break
+        start, stop = max(lo, since), int(min(hi, _SEQ_END))
+        if start < stop:
+            rows.extend(db.execute(sql, (owner, start, stop, *args, bound if bound < 0 else bound - len(rows))))
+    return [Event(session_id, seq, t, json.loads(data), ms, key) for seq, t, data, ms, key in rows]
 
 
 def insert_session_txn(
@@ -294,15 +374,9 @@ _SESSION_ROW = (
 )
 # The listing order is (created_ms, id), the index sessions_created: a page is a seek into it
 # and a walk of `limit` entries, never a sort of every session. The page after a session starts
-# past its key (a row-value comparison the index serves); LIMIT -1 is no limit.
-_LISTING = f"{_SESSION_ROW} ORDER BY s.created_ms, s.id LIMIT ?"
-_LISTING_AFTER = (
-    f"{_SESSION_ROW} AND (s.created_ms, s.id) > "
-    "(SELECT created_ms, id FROM sessions WHERE id = ? AND purged_ms IS NULL) "
-    "ORDER BY s.created_ms, s.id LIMIT ?"
-)
-# After a listed Session: its key is known, so a page follows it even if it was purged since.
-_LISTING_AFTER_KEY = f"{_SESSION_ROW} AND (s.created_ms, s.id) > (?, ?) ORDER BY s.created_ms, s.id LIMIT ?"
+# past its key (a row-value comparison the index serves; after a listed Session its key is
+# known, so a page follows it even if it was purged since); LIMIT -1 is no limit. A meta filter
+# is a set of sessions found through session_meta's key, sorted for the page.
 _EXISTS = "SELECT 1 FROM sessions WHERE id = ? AND purged_ms IS NULL"
 _TOTALS = (
     "SELECT count(*), count(s.parent_id), "
@@ -324,6 +398,39 @@ def _sessions_from_rows(rows: list[tuple[Any, ...]]) -> list[Session]:
         Session(*row) if row[3] is None else Session(row[0], row[1], row[2], next(metas), row[4], row[5], row[6])
         for row in rows
     ]
+
+
+def _session_filters(meta: object, prefix: object) -> tuple[str, list[Any]]:
+    """The WHERE terms (and their arguments) of ``sessions(meta=, prefix=)``, refused when bad."""
+    where, args = "", []
+    if meta is not None:
+        if not isinstance(meta, Mapping) or not meta:
+            raise InvalidArgument("meta", f"must be a non-empty mapping of meta keys to values, not {meta!r}")
+        for key, value in meta.items():
+            if not isinstance(key, str):
+                raise InvalidArgument("meta", f"keys are strings, not {key!r}")
+            where += " AND s.id IN (SELECT session_id FROM session_meta WHERE key = ? AND type = ? AND value = ?)"
+            args += [key, *_json_scalar(value)]
+    if prefix is not None:
+        if not isinstance(prefix, str) or not prefix:
+            raise InvalidArgument("prefix", f"must be a non-empty string, not {prefix!r}")
+        # Ids are printable ASCII: every id that starts with the prefix sorts below prefix + DEL.
+        where += " AND s.id >= ? AND s.id < ?"
+        args += [prefix, prefix + "\x7f"]
+    return where, args
+
+
+def _json_scalar(value: object) -> tuple[str, Any]:
+    """How ``json_each`` types and gives a meta value: ``(type, value)``."""
+    if isinstance(value, bool):
+        return ("true", 1) if value else ("false", 0)
+    if isinstance(value, int):
+        return "integer", value
+    if isinstance(value, float):
+        return "real", value
+    if isinstance(value, str):
+        return "text", value
+    raise InvalidArgument("meta", f"values are strings, numbers or booleans, not {value!r}")
 
 
 def _check_page(limit: object, after: object) -> None:
@@ -376,10 +483,21 @@ class Log:
             raise SessionNotFound(id)
         return _sessions_from_rows([row])[0]
 
-    def sessions(self, *, limit: int | None = None, after: str | Session | None = None) -> list[Session]:
+    def sessions(
+        self,
+        *,
+        limit: int | None = None,
+        after: str | Session | None = None,
+        meta: Mapping[str, Any] | None = None,
+        prefix: str | None = None,
+    ) -> list[Session]:
         """Sessions oldest first (by ``created_ms``, then id), in one query: all of them, or a
         page of at most ``limit`` starting after the session ``after`` (its id, or a ``Session``
         a page returned).
+
+        ``meta``: only sessions whose meta holds each of these top-level entries (a string,
+        number or boolean, compared as JSON values: 3 is not 3.0 nor "3"), found through an
+        index of the metas' entries. ``prefix``: only sessions whose id starts with it.
 
         Page on with ``after=page[-1]`` until a page is shorter than ``limit``: that goes on even
         if the session was purged meanwhile. Each page is its own snapshot: a session created
@@ -387,17 +505,19 @@ class Log:
         ``after`` raises ``SessionNotFound``; a bad argument ``InvalidArgument``, before anything
         is read."""
         _check_page(limit, after)
-        bound = -1 if limit is None else limit
+        where, args = _session_filters(meta, prefix)
+        if isinstance(after, Session):
+            where += " AND (s.created_ms, s.id) > (?, ?)"
+            args += [after.created_ms, after.id]
+        elif after is not None:
+            where += " AND (s.created_ms, s.id) > (SELECT created_ms, id FROM sessions WHERE id = ? AND purged_ms IS NULL)"
+            args.append(after)
+        sql = f"{_SESSION_ROW}{where} ORDER BY s.created_ms, s.id LIMIT ?"
         with self._store.read() as db:
-            if after is None:
-                rows = list(db.execute(_LISTING, (bound,)))
-            elif isinstance(after, Session):
-                rows = list(db.execute(_LISTING_AFTER_KEY, (after.created_ms, after.id, bound)))
-            else:
-                rows = list(db.execute(_LISTING_AFTER, (after, bound)))
-                # Only an empty page can hide an unknown `after`: its key would match nothing.
-                if not rows and db.one(_EXISTS, (after,)) is None:
-                    raise SessionNotFound(after)
+            rows = list(db.execute(sql, (*args, -1 if limit is None else limit)))
+            # Only an empty page can hide an unknown `after`: its key would match nothing.
+            if not rows and isinstance(after, str) and db.one(_EXISTS, (after,)) is None:
+                raise SessionNotFound(after)
         return _sessions_from_rows(rows)
 
     def session_totals(self) -> SessionTotals:
@@ -410,27 +530,50 @@ class Log:
 
     # -- appends -------------------------------------------------------------------------------
 
-    def append(self, session_id: str, type: str, data: dict[str, Any]) -> Event:
+    def append(
+        self,
+        session_id: str,
+        type: str,
+        data: dict[str, Any],
+        *,
+        key: str | None = None,
+        expected_count: int | None = None,
+    ) -> Event:
         """Append one event durably and return it as stored.
+
+        ``key``: an idempotency key, unique in the session's log: if an event with this key is
+        already there, it is returned (``.existing`` is True) and nothing is written.
+        ``expected_count``: append only if the session holds exactly that many events, else
+        raise ``CountMismatch`` (compare-and-append; a stored key is answered first, so a retried
+        conditional append returns its event).
 
         Appends from several threads at once share commits (group commit): each is atomic and
         durable when it returns, and the fsyncs are shared."""
         text, copy = self.codec.encode_copy(type, data)
+        _refuse_engine_only(type)
+        if key is not None:
+            _state.check_key(key)
+        if expected_count is not None:
+            check_int("expected_count", expected_count)
         time_ms = now_ms()
         guesses = self._store.next_seqs
         seq = guesses.get(session_id)
-        if seq is not None:
+        if seq is not None and expected_count is None and (key is None or type not in _FAST_INSERTS):
             # The common case: this connection wrote the session's last event, so the INSERT
             # alone is the whole transaction. The schema's contiguity trigger refuses a stale seq
             # (another connection appended since); a dispatch or result of a fork, or a dispatch
-            # outside a turn, inserts nothing; a second dispatch or result hits a unique index.
-            # Each then takes the path below, which reads inside a transaction and says which.
-            row = (session_id, seq, type, text, time_ms)
-            sql = _FAST_INSERTS.get(type, _INSERT)
+            # outside a turn, or a keyed event of a fork, inserts nothing; a second dispatch or
+            # result, or a stored key, hits a unique index. Each then takes the path below, which
+            # reads inside a transaction and says which.
+            if key is None:
+                row: tuple[Any, ...] = (session_id, seq, type, text, time_ms)
+                sql = _FAST_INSERTS.get(type, _INSERT)
+            else:
+                row, sql = (session_id, seq, type, text, time_ms, key), _INSERT_OWN_KEYED
             try:
                 if self._appends.run_one(sql, row, present=lambda db: _stored(db, row)):
                     guesses[session_id] = seq + 1
-                    return Event(session_id, seq, type, copy, time_ms)
+                    return Event(session_id, seq, type, copy, time_ms, key)
             except SchemaViolation:
                 guesses.pop(session_id, None)
         written: list[int] = []
@@ -438,11 +581,19 @@ class Log:
         def present(db: Database) -> bool:
             return bool(written) and _stored(db, (session_id, written[0], type, text, time_ms))
 
-        def work(db: Database) -> int:
+        def work(db: Database) -> int | Event:
+            if key is not None:
+                found = keyed_event_txn(db, session_id, key)
+                if found is not None:
+                    return found
+            if expected_count is not None:
+                count = next_seq_txn(db, session_id)
+                if count != expected_count:
+                    raise CountMismatch(session_id, expected_count, count)
             seq = db.next_seqs.get(session_id, guesses.get(session_id))
-            if seq is None or type in _GUARDED:
+            if seq is None or type in _GUARDED or key is not None or expected_count is not None:
                 check_dispatch_in_turn_txn(db, session_id, type, copy)
-                seq = append_text_txn(db, session_id, type, text, time_ms, call_id=call_id_of(type, copy))
+                seq = append_text_txn(db, session_id, type, text, time_ms, call_id=call_id_of(type, copy), key=key)
             else:
                 try:
                     insert_txn(db, session_id, seq, type, text, time_ms)
@@ -451,47 +602,134 @@ class Log:
             written.append(seq)
             return seq
 
-        seq = self._appends.run(work, present=present)
-        return Event(session_id, seq, type, copy, time_ms)
+        done = self._appends.run(work, present=present)
+        if isinstance(done, Event):
+            return done
+        return Event(session_id, done, type, copy, time_ms, key)
 
-    def append_many(self, session_id: str, items: Iterable[tuple[str, dict[str, Any]]]) -> list[Event]:
-        """Append several events in one transaction: all of them or none (G2)."""
-        encoded: list[tuple[str, str]] = []
+    def append_many(
+        self,
+        session_id: str,
+        items: Iterable[tuple[str, dict[str, Any]] | tuple[str, dict[str, Any], str | None]],
+        *,
+        expected_count: int | None = None,
+        state: Mapping[str, Any] | None = None,
+    ) -> list[Event]:
+        """Append several events in one transaction: all of them or none (G2).
+
+        An item is ``(type, data)`` or ``(type, data, key)``. An item whose key is already in the
+        session's log (or earlier in the batch) is not written: its place in the result holds
+        the stored event (``.existing``). A ``tool_result`` for a call that already has one
+        follows G5 as ``put_result`` does: the same result again is not written (the stored one
+        is returned, ``.existing``), another is kept as ``tool_result_late``. The rest are
+        written, contiguously, in the batch's one transaction.
+
+        ``expected_count``: write only if the session holds exactly that many events (else
+        ``CountMismatch``, nothing written). ``state``: keyed state written in the same
+        transaction (``set_state``), dated after the batch's events."""
+        encoded: list[tuple[str, str, str | None]] = []
         copies: list[dict[str, Any]] = []
         for index, item in enumerate(items):
-            if not isinstance(item, (tuple, list)) or len(item) != 2:
-                raise InvalidArgument(f"items[{index}]", "must be a (type, data) pair")
+            if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
+                raise InvalidArgument(f"items[{index}]", "must be a (type, data) or (type, data, key) tuple")
+            item_key = item[2] if len(item) == 3 else None
             text, copy = self.codec.encode_copy(item[0], item[1], index=index)
-            encoded.append((item[0], text))
+            _refuse_engine_only(item[0], index)
+            if item_key is not None:
+                _state.check_key(item_key, f"items[{index}] key")
+            encoded.append((item[0], text, item_key))
             copies.append(copy)
-        if not encoded:
+        if expected_count is not None:
+            check_int("expected_count", expected_count)
+        values = None if state is None else _state.encode_values(self.codec, state)
+        if not encoded and values is None:
             return []
         time_ms = now_ms()
         with self._store.write("append_many") as db:
             first = next_seq_txn(db, session_id)
-            special = any(t in ("tool_result", "tool_call") for t, _ in encoded)
-            if special:
-                for offset, (type_, text) in enumerate(encoded):
-                    check_dispatch_in_turn_txn(db, session_id, type_, copies[offset])
-                    insert_txn(db, session_id, first + offset, type_, text, time_ms, call_id=call_id_of(type_, copies[offset]))
-            else:
+            if expected_count is not None and first != expected_count:
+                raise CountMismatch(session_id, expected_count, first)
+            plain = not any(k is not None or t in _GUARDED for t, _, k in encoded)
+            if plain:
                 try:
                     db.executemany(
-                        _INSERT,
-                        [(session_id, first + i, t, text, time_ms) for i, (t, text) in enumerate(encoded)],
+                        _INSERT, [(session_id, first + i, t, text, time_ms) for i, (t, text, _) in enumerate(encoded)]
                     )
                 except SchemaViolation as exc:
                     raise SchemaViolation("append_many", exc.detail) from exc
                 db.next_seqs[session_id] = first + len(encoded)
-        return [Event(session_id, first + i, t, copies[i], time_ms) for i, (t, _) in enumerate(encoded)]
+                out = [Event(session_id, first + i, t, copies[i], time_ms) for i, (t, _, _) in enumerate(encoded)]
+            else:
+                out = [self._append_item_txn(db, session_id, *encoded[i], copies[i], time_ms) for i in range(len(encoded))]
+            if values is not None:
+                _state.write_txn(db, session_id, next_seq_in_txn(db, session_id), values)
+        return out
+
+    def _append_item_txn(
+        self, db: Database, session_id: str, type_: str, text: str, key: str | None, copy: dict[str, Any], time_ms: int
+    ) -> Event:
+        """One item of a batch that needs reads: a keyed one, a dispatch or a result."""
+        if key is not None:
+            found = keyed_event_txn(db, session_id, key)
+            if found is not None:
+                return found
+        if type_ == "tool_result":
+            call_id = copy["tool_call_id"]
+            winner_seq = result_seq_txn(db, session_id, call_id)
+            if winner_seq is not None:  # G5: the first result stays; a different one is evidence
+                (winner,) = read_events_txn(db, session_id, winner_seq, winner_seq + 1)
+                if same_result(winner.data, copy):
+                    return attrs.evolve(winner, existing=True)
+                seq = append_text_txn(db, session_id, "tool_result_late", text, time_ms, key=key)
+                return Event(session_id, seq, "tool_result_late", copy, time_ms, key)
+        check_dispatch_in_turn_txn(db, session_id, type_, copy)
+        seq = append_text_txn(db, session_id, type_, text, time_ms, call_id=call_id_of(type_, copy), key=key)
+        return Event(session_id, seq, type_, copy, time_ms, key)
+
+    # -- keyed state -----------------------------------------------------------------------------
+
+    def set_state(self, session_id: str, values: Mapping[str, Any]) -> None:
+        """Write keyed state values (each a JSON value or bytes) in one transaction: a new
+        version of each key, dated by the session's event count; the others are untouched."""
+        encoded = _state.encode_values(self.codec, values)
+        with self._store.write("set_state") as db:
+            _state.write_txn(db, session_id, next_seq_txn(db, session_id), encoded)
+
+    def state(self, session_id: str, *, keys: Iterable[str] | None = None, as_of: int | None = None) -> dict[str, Any]:
+        """The session's keyed state: the latest value of each key (of ``keys``, or every key),
+        or as it stood right after event ``as_of`` (a fork's as of its fork point, then its own)."""
+        wanted = None if keys is None else [_state.check_key(k, "keys") for k in ([keys] if isinstance(keys, str) else keys)]
+        if as_of is not None:
+            check_int("as_of", as_of)
+        with self._store.read() as db:
+            return _state.read_txn(db, chain_txn(db, session_id), wanted, as_of)
 
     # -- reads ---------------------------------------------------------------------------------
 
-    def events(self, session_id: str, *, since: int | None = None) -> list[Event]:
-        """The session's events with ``seq >= since`` (all of them by default), in seq order."""
+    def events(
+        self,
+        session_id: str,
+        *,
+        since: int | None = None,
+        types: Iterable[str] | None = None,
+        newest_first: bool = False,
+        limit: int | None = None,
+    ) -> list[Event]:
+        """The session's events with ``seq >= since`` (all of them by default), in seq order.
+
+        ``types``: only events of these types. ``newest_first``: from the end of the log.
+        ``limit``: at most that many. App (``x.``) types are read through their index; the
+        engine's own types by a walk of the log from the chosen end that stops after ``limit``."""
         start = 0 if since is None else check_int("since", since)
+        kinds = None if types is None else _check_types(types)
+        if limit is not None:
+            check_int("limit", limit)
+        if not isinstance(newest_first, bool):
+            raise InvalidArgument("newest_first", f"must be True or False, not {newest_first!r}")
         with self._store.read() as db:
-            return read_events_txn(db, session_id, start)
+            if kinds is None and not newest_first and limit is None:
+                return read_events_txn(db, session_id, start)
+            return _filtered_txn(db, session_id, start, kinds, newest_first, limit)
 
     def count(self, session_id: str) -> int:
         """How many events the session's log holds (inherited ones included)."""
@@ -500,15 +738,20 @@ class Log:
 
     # -- fork ----------------------------------------------------------------------------------
 
-    def fork(self, session_id: str, at: int | str = "last", *, id: str | None = None) -> Session:
-        """A new session inheriting the events ``0..at`` of another, in O(1) of its length.
+    def fork(
+        self, session_id: str, at: int | str = "last", *, id: str | None = None, meta: dict[str, Any] | None = None
+    ) -> Session:
+        """A new session inheriting the events ``0..at`` of another, in O(1) of its length, and
+        its keyed state as it stood there (a copy of each key's value: O(keys)).
 
         ``at`` is the seq of the last event to inherit, or ``"last"``. A prefix that ends inside
         an open turn raises ``OpenTurnError`` (recover first, or pick an earlier boundary).
+        ``meta`` is the fork's own (listed and filtered like any session's).
         """
         if at != "last" and (not isinstance(at, int) or isinstance(at, bool) or at < 0):
             raise InvalidBoundary(at)
         fork_id = uuid.uuid4().hex if id is None else check_session_id(id)
+        meta_text = None if meta is None else self.codec.encode("x.meta", meta)
         created = now_ms()
         with self._store.write("fork") as db:
             count = next_seq_txn(db, session_id)
@@ -520,8 +763,11 @@ class Log:
                 open_seq = open_turn_at_txn(db, session_id, boundary)
                 if open_seq is not None:
                     raise OpenTurnError(open_seq, f"a fork at seq {boundary} would inherit a half turn")
-            insert_session_txn(db, fork_id, created, parent_id=session_id, seed_length=boundary + 1)
-        return Session(id=fork_id, count=boundary + 1, created_ms=created, parent_id=session_id, seed_length=boundary + 1)
+            insert_session_txn(db, fork_id, created, meta=meta_text, parent_id=session_id, seed_length=boundary + 1)
+            _state.snapshot_txn(db, chain_txn(db, session_id), fork_id, boundary + 1)
+        return Session(
+            id=fork_id, count=boundary + 1, created_ms=created, meta=meta, parent_id=session_id, seed_length=boundary + 1
+        )
 
     # -- what purge and import write -------------------------------------------------------
 
@@ -545,10 +791,11 @@ class Log:
     def detach_fork_txn(self, db: Database, fork_id: str, seed_length: int) -> None:
         """Give a fork its own rows for the events it read through its parent (seqs kept)."""
         rows = read_rows_txn(db, fork_id, 0, seed_length)
+        _state.copy_inherited_txn(db, chain_txn(db, fork_id), fork_id)
         # seed_length 0 first: the schema's contiguity trigger then takes the copied events as the
         # session's own, from seq 0, below the ones it already has.
         db.execute("UPDATE sessions SET parent_id = NULL, seed_length = 0 WHERE id = ?", (fork_id,))
-        db.executemany(_INSERT, [(fork_id, seq, type_, data, time_ms) for seq, type_, data, time_ms in rows])
+        db.executemany(_INSERT_KEYED, [(fork_id, *row) for row in rows])
 
     def erase_txn(self, db: Database, session_id: str, time_ms: int) -> int:
         """Erase a session's row and events (marked purged first: the schema lets only such a
@@ -557,10 +804,13 @@ class Log:
         db.execute("UPDATE sessions SET purged_ms = ? WHERE id = ?", (time_ms, session_id))
         deleted = db.value("SELECT count(*) FROM events WHERE session_id = ?", (session_id,))
         db.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
+        _state.forget_txn(db, session_id)
         return deleted
 
     def forget_txn(self, db: Database, session_id: str) -> None:
-        """Delete the session's row, last: the derived rows that reference it are gone by now."""
+        """Delete the session's row (and its meta's index rows), last: the derived rows that
+        reference it are gone by now."""
+        db.execute("DELETE FROM session_meta WHERE session_id = ?", (session_id,))
         db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
 
 

@@ -47,6 +47,7 @@ class EventType(Vocabulary):
     STREAM_CONTINUED = "stream_continued"
     SUBMISSION_INTERRUPTED = "submission_interrupted"
     OPERATOR_RESOLUTION = "operator_resolution"
+    RETRACT = "retract"
 
 
 SURFACE_TYPES = frozenset(
@@ -140,26 +141,36 @@ class OperatorOutcome(Vocabulary):
 
 @attrs.frozen
 class Event:
-    """One immutable record of a session's log."""
+    """One immutable record of a session's log.
+
+    ``key`` is the idempotency key it was appended with, if any. ``existing`` is True on an
+    event an append returned without writing it: its key was already stored (the event is the
+    stored one). It is not part of the record: two events are equal whatever it says.
+    """
 
     session_id: str
     seq: int
     type: str
     data: dict[str, Any] = attrs.field(eq=True, hash=False)
     time_ms: int
+    key: str | None = None
+    existing: bool = attrs.field(default=False, eq=False, repr=False)
 
     @property
     def is_surface(self) -> bool:
         return self.type in SURFACE_TYPES
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "session_id": self.session_id,
             "seq": self.seq,
             "type": self.type,
             "data": self.data,
             "time_ms": self.time_ms,
         }
+        if self.key is not None:
+            out["key"] = self.key
+        return out
 
 
 @attrs.frozen

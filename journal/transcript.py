@@ -38,12 +38,12 @@ _SUMMARY_TYPES = ("user_message", "system_message", "assistant_message")
 _SEQ_END = 2**63 - 1  # past every seq: the bound of a session's own, open-ended segment
 _SURFACE = " AND type IN ({})".format(", ".join(f"'{type_}'" for type_ in sorted(SURFACE_TYPES)))
 _SPAN = "FROM events WHERE session_id = ? AND seq >= ? AND seq < ?"
-_MARKS = "SELECT seq, first, last, before, after FROM compactions WHERE session_id = ? AND seq >= ? AND seq < ? ORDER BY seq"
+_MARKS = "SELECT seq, kind, first, last, before, after FROM compactions WHERE session_id = ? AND seq >= ? AND seq < ? ORDER BY seq"
 _COUNT = f"SELECT count(*) {_SPAN}{_SURFACE}"
 _READ_UP = f"SELECT seq, type, data, time_ms {_SPAN}{_SURFACE} ORDER BY seq LIMIT ? OFFSET ?"
 _READ_DOWN = f"SELECT seq, type, data, time_ms {_SPAN}{_SURFACE} ORDER BY seq DESC LIMIT ? OFFSET ?"
 _READ_ONE = "SELECT seq, type, data, time_ms FROM events WHERE session_id = ? AND seq = ?"
-_FIRST_VERSION = 5  # the schema version that brought the compactions table
+_FIRST_VERSION = 6  # the schema version whose compactions table holds retracts too (its `kind`)
 
 
 class Transcript:
@@ -190,6 +190,10 @@ class _End:
         base = self._marks[level - 1].after if level else 0
         earlier: list[tuple[int, int, int]] = []
         for dest, lo, hi in ranges:
+            if mark.kind == "retract":  # the last message went: the others stand where they stood
+                earlier_spans = [(dest, lo, min(hi, mark.after))]
+                self._split(level, earlier_spans, base, earlier, slices)
+                continue
             if mark.first >= mark.before:  # it appended: before it stand the same positions
                 at, shift = mark.before, 0
             else:  # it stands at `first`; after it come those past what it removed
@@ -200,13 +204,21 @@ class _End:
             if hi > at + 1:
                 first = max(lo, at + 1)
                 spans.append((dest + first - lo, first + shift, hi + shift))
-            for d, a, b in spans:
-                if a < min(b, base):
-                    earlier.append((d, a, min(b, base)))
-                if b > max(a, base):
-                    start = max(a, base)
-                    slices.append(_Slice(level, start - base, b - base, d + start - a))
+            self._split(level, spans, base, earlier, slices)
         return earlier
+
+    @staticmethod
+    def _split(
+        level: int, spans: list[tuple[int, int, int]], base: int, earlier: list[tuple[int, int, int]], slices: list[_Slice]
+    ) -> None:
+        """Positions before compaction ``level``: those under ``base`` stand where the one
+        before it left them (``earlier``), the rest are its run of appends (``slices``)."""
+        for d, a, b in spans:
+            if a < min(b, base):
+                earlier.append((d, a, min(b, base)))
+            if b > max(a, base):
+                start = max(a, base)
+                slices.append(_Slice(level, start - base, b - base, d + start - a))
 
     def _rank(self, level: int, lo: int, hi: int) -> list[Event]:
         """The plain appends ``lo..hi-1``, by rank, between compaction ``level - 1`` and

@@ -72,13 +72,31 @@ def test_g2_g12_append_many_with_one_invalid_item_writes_nothing(j: journal.Jour
     assert fresh().count("s") == 0
 
 
-def test_g2_append_many_refused_by_the_schema_midway_writes_nothing(j: journal.Journal, fresh) -> None:
+def test_g2_append_many_refused_midway_writes_nothing(j: journal.Journal, fresh) -> None:
+    j.create_session("s")
+    j.append("s", "turn_start", {"turn": 1})
+    j.append("s", "assistant_message", {"content": "", "tool_calls": [{"id": "c", "name": "t", "arguments": {}}]})
+    dispatch = ("tool_call", {"id": "c", "name": "t"})
+    with pytest.raises(journal.AlreadyDispatched):
+        j.append_many("s", [("x.before", {}), dispatch, dispatch])
+    assert fresh().count("s") == 2
+
+
+def test_g2_g5_a_second_result_in_a_batch_is_kept_late_and_the_rest_is_written(j: journal.Journal, fresh) -> None:
     j.create_session("s")
     j.append("s", "assistant_message", {"content": "", "tool_calls": [{"id": "c", "name": "t", "arguments": {}}]})
     j.append("s", "tool_result", {"tool_call_id": "c", "content": "done"})
-    with pytest.raises(journal.ResultExists):
-        j.append_many("s", [("x.before", {}), ("tool_result", {"tool_call_id": "c", "content": "again"})])
-    assert fresh().count("s") == 2
+    again, other, after = j.append_many(
+        "s",
+        [
+            ("tool_result", {"tool_call_id": "c", "content": "done"}),  # the same: not written
+            ("tool_result", {"tool_call_id": "c", "content": "another"}),  # kept as evidence
+            ("x.after", {}),
+        ],
+    )
+    assert again.existing and again.seq == 1
+    assert (other.type, other.seq, after.seq) == ("tool_result_late", 2, 3)
+    assert [e.type for e in fresh().events("s")] == ["assistant_message", "tool_result", "tool_result_late", "x.after"]
 
 
 @pytest.mark.parametrize("sql", ["UPDATE events SET data = '{}'", "DELETE FROM events", "UPDATE events SET seq = seq + 10"])
@@ -116,12 +134,12 @@ def test_g4_raw_insert_off_the_sessions_next_seq_is_refused_by_the_schema(
     conn = apsw.Connection(str(db_path))
     try:
         with pytest.raises(apsw.ConstraintError) as info:
-            conn.execute("INSERT INTO events VALUES (?, ?, 'x.raw', '{}', 0)", (session, seq))
+            conn.execute("INSERT INTO events (session_id, seq, type, data, time_ms) VALUES (?, ?, 'x.raw', '{}', 0)", (session, seq))
         assert info.value.extendedresult == code
         # and the one seq that continues each session is taken
-        conn.execute("INSERT INTO events VALUES ('s', 3, 'x.raw', '{}', 0)")
-        conn.execute("INSERT INTO events VALUES ('empty', 0, 'x.raw', '{}', 0)")
-        conn.execute("INSERT INTO events VALUES ('f', 2, 'x.raw', '{}', 0)")
+        conn.execute("INSERT INTO events (session_id, seq, type, data, time_ms) VALUES ('s', 3, 'x.raw', '{}', 0)")
+        conn.execute("INSERT INTO events (session_id, seq, type, data, time_ms) VALUES ('empty', 0, 'x.raw', '{}', 0)")
+        conn.execute("INSERT INTO events (session_id, seq, type, data, time_ms) VALUES ('f', 2, 'x.raw', '{}', 0)")
     finally:
         conn.close()
     assert [j.count(s) for s in ("s", "empty", "f")] == [4, 1, 3]

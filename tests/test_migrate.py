@@ -63,7 +63,7 @@ def rows(path: Path) -> dict[str, list[tuple]]:
     conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
     try:
         selects = {
-            "events": "SELECT * FROM events",
+            "events": "SELECT session_id, seq, type, data, time_ms FROM events",
             "tool_calls": "SELECT * FROM tool_calls",
             "turn_journal": f"SELECT {TURN_JOURNAL_V1} FROM turn_journal",
             "sessions": "SELECT id, parent_id, seed_length, meta, created_ms FROM sessions",
@@ -175,6 +175,23 @@ V5_OBJECTS = (
 )
 
 
+def undo_v6(conn: apsw.Connection) -> None:
+    """Take a current file back to version 5's schema: what version 6 added goes (the key
+    column, the retract type, the indexes, state, session_meta), and compactions lose retracts."""
+    conn.execute(
+        "DROP INDEX events_key; DROP INDEX events_app; DROP TABLE state; DROP TRIGGER sessions_meta; "
+        "DROP TABLE session_meta; ALTER TABLE events DROP COLUMN key;"
+    )
+    sql = conn.execute("SELECT sql FROM sqlite_schema WHERE name = 'events'").get
+    version = conn.pragma("schema_version")
+    conn.pragma("writable_schema", True)
+    conn.execute(
+        "UPDATE sqlite_schema SET sql = ? WHERE name = 'events'", (sql.replace(" OR type = 'retract'", ""),)
+    )
+    conn.pragma("schema_version", version + 1)
+    conn.pragma("writable_schema", False)
+
+
 def make_v3_journal(path: Path) -> None:
     """A version-3 journal: today's schema without the listing index (version 4's change) nor
     the compactions table (version 5's), with sessions created out of id order, a fork, and
@@ -191,6 +208,7 @@ def make_v3_journal(path: Path) -> None:
     conn = apsw.Connection(str(path))
     with conn:
         conn.execute("DROP INDEX sessions_created")
+        undo_v6(conn)
         conn.execute(V5_OBJECTS)
         conn.pragma("user_version", 3)
     conn.close()
@@ -219,7 +237,7 @@ def test_g13_a_version_3_journal_gains_the_listing_index_keeping_every_row(tmp_p
     assert schema_objects(old) == schema_objects(new)
     assert index_sql(old, "sessions_created") == index_sql(new, "sessions_created") is not None
     conn = apsw.Connection(str(old))
-    assert conn.pragma("user_version") == store.SCHEMA_VERSION == 5
+    assert conn.pragma("user_version") == store.SCHEMA_VERSION == 6
     assert conn.pragma("integrity_check") == "ok"
     conn.close()
 
@@ -282,6 +300,7 @@ def make_v4_journal(path: Path) -> list[tuple]:
     placed = _compaction_rows(path)
     conn = apsw.Connection(str(path))
     with conn:
+        undo_v6(conn)
         conn.execute(V5_OBJECTS)
         conn.pragma("user_version", 4)
     conn.close()

@@ -185,7 +185,7 @@ def test_a_lone_insert_waits_for_another_writer_then_takes_the_next_seq(db_path:
         j.append("s", "user_message", {"content": "first"})  # this process now guesses seq 1
         holder = apsw.Connection(str(db_path))
         holder.execute("BEGIN IMMEDIATE")
-        holder.execute("INSERT INTO events VALUES ('s', 1, 'x.other', '{}', 0)")
+        holder.execute("INSERT INTO events (session_id, seq, type, data, time_ms) VALUES ('s', 1, 'x.other', '{}', 0)")
         timer = threading.Timer(0.2, holder.execute, ("COMMIT",))
         timer.start()
         try:

@@ -468,7 +468,7 @@ def test_check_names_a_compaction_row_that_disagrees_with_the_log(tmp_path: Path
         assert j.check() == []
     conn = apsw.Connection(str(tmp_path / "j.db"))
     conn.execute("UPDATE compactions SET before = 9, after = 7")
-    conn.execute("INSERT INTO compactions VALUES ('s', 2, 0, 0, 2, 1)")
+    conn.execute("INSERT INTO compactions VALUES ('s', 2, 'replace', 0, 0, 2, 1)")
     conn.close()
     with journal.open(tmp_path / "j.db") as j:
         found = {(d.table, d.key, d.field, d.stored, d.derived) for d in j.check()}

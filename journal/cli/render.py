@@ -80,6 +80,9 @@ def event_line(event: Event) -> tuple[int, str]:
             return 1, f"{label:<10} [{d.get('tool_call_id')}] {risk_marker(meta.get('risk'))} (synthetic, {meta.get('risk')})"
         error = " (error)" if d.get("is_error") else ""
         return 1, f"{label:<10} [{d.get('tool_call_id')}]{error} {_short(d.get('content'), 60)}"
+    if t == "retract":
+        reason = f" ({_short(d['reason'], 40)})" if d.get("reason") else ""
+        return 1, f"{'retract':<10} message at seq {d.get('seq')} retracted{reason}"
     if t == "operator_resolution":
         return 1, f"{'operator':<10} [{d.get('tool_call_id')}] resolved: {d.get('outcome')} {_short(d.get('note') or '', 40)}"
     return 1, f"{t:<10} {_short(d, 70)}"

@@ -38,6 +38,7 @@ __all__ = [
     "to_openai",
 ]
 
+_RETRACT = EventType.RETRACT.value
 _ROLES = {
     EventType.SYSTEM_MESSAGE.value: "system",
     EventType.USER_MESSAGE.value: "user",
@@ -111,11 +112,14 @@ def fold(events: Iterable[Event]) -> list[Message]:
     ``["replace", start, stop]`` removes the messages currently at positions
     ``start..min(stop, len - 1)`` and stands at ``start`` in their place; it cannot hide events
     that come after it, however large ``stop`` is. A ``start`` at or past the end appends.
-    Bookkeeping and ``x.`` events are ignored. Never raises on a malformed op: it appends.
+    A ``retract`` removes the last message. Other bookkeeping and ``x.`` events are ignored.
+    Never raises on a malformed op: it appends.
     """
     folded: list[Event] = []
     for event in sorted(events, key=attrgetter("seq")):
-        if event.type in SURFACE_TYPES:
+        if event.type == _RETRACT:
+            del folded[-1:]  # the last message is taken back (none: nothing)
+        elif event.type in SURFACE_TYPES:
             span = _replace_span(event.data.get("surface_op"))
             if span is None:
                 folded.append(event)
@@ -128,10 +132,12 @@ def fold(events: Iterable[Event]) -> list[Message]:
 
 
 class Compaction(NamedTuple):
-    """Where a compaction stands: the event ``seq``, its op's ``first..last``, and the
-    transcript's length just ``before`` and ``after`` it (a row of the ``compactions`` table)."""
+    """Where a compaction (``kind`` "replace") or a retract stands: the event ``seq``, its op's
+    ``first..last`` (a retract's: the position it removed), and the transcript's length just
+    ``before`` and ``after`` it (a row of the ``compactions`` table)."""
 
     seq: int
+    kind: str
     first: int
     last: int
     before: int
@@ -139,10 +145,16 @@ class Compaction(NamedTuple):
 
 
 def compactions(events: Iterable[Event]) -> list[Compaction]:
-    """Where each compaction of a log (its events in seq order) stands, by ``fold``'s rules."""
+    """Where each compaction and retract of a log (its events in seq order) stands, by
+    ``fold``'s rules."""
     out: list[Compaction] = []
     length = 0
     for event in events:
+        if event.type == _RETRACT:
+            gone = max(length - 1, 0)
+            out.append(Compaction(event.seq, "retract", gone, gone, length, gone))
+            length = gone
+            continue
         if event.type not in SURFACE_TYPES:
             continue
         span = _replace_span(event.data.get("surface_op"))
@@ -151,7 +163,7 @@ def compactions(events: Iterable[Event]) -> list[Compaction]:
             continue
         first, last = span
         after = length + 1 if first >= length else length - (min(last, length - 1) - first)
-        out.append(Compaction(event.seq, first, last, length, after))
+        out.append(Compaction(event.seq, "replace", first, last, length, after))
         length = after
     return out
 

@@ -43,7 +43,9 @@ APPLICATION_ID = 0x4A524E4C  # "JRNL"
 # 3: the turn journal names the process driving each turn (owner).
 # 4: an index on sessions (created_ms, id) pages the listing.
 # 5: the compactions table (and its triggers) places each compaction in its transcript.
-SCHEMA_VERSION = 5
+# 6: idempotency keys, the events-by-type index, the retract type, keyed state, session_meta,
+#    compactions with retracts.
+SCHEMA_VERSION = 6
 SQLITE_HEADER = _header.SQLITE_HEADER
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
 
@@ -97,22 +99,72 @@ def _migrate_3(db: SqliteDatabase) -> None:
 
 
 def _migrate_4(db: SqliteDatabase) -> None:
-    """Version 4 to 5: the compactions table, its view and triggers, and its rows for the
-    compactions already logged: the events that may be one go through the schema's own trigger,
-    parents before their forks and each session in seq order, so each is placed from those
-    before it. A read-only open of a version-4 file reads a transcript's tail by folding it."""
-    created = {"compactions", "compaction_events", "events_compaction", "compaction_events_apply"}
-    for statement in schema_statements(("TABLE", "VIEW", "TRIGGER")):
-        create, kind, name, rest = statement.split(None, 3)
-        if name in created:  # version 1's migration made the view and triggers already
-            db.execute(f"{create} {kind} IF NOT EXISTS {name} {rest}")
+    """Version 4 to 5: the compactions table (version 6 makes it again, with retracts)."""
+    db.execute(
+        "CREATE TABLE compactions (session_id TEXT NOT NULL REFERENCES sessions (id), seq INTEGER NOT NULL, "
+        "first INTEGER NOT NULL, last INTEGER NOT NULL, before INTEGER NOT NULL, after INTEGER NOT NULL, "
+        "PRIMARY KEY (session_id, seq)) STRICT, WITHOUT ROWID"
+    )
+
+
+_RETRACT_CHECK = ("OR type = 'operator_resolution'", "OR type = 'operator_resolution' OR type = 'retract'")
+
+
+def _migrate_5(db: SqliteDatabase) -> None:
+    """Version 5 to 6: what framework adapters need. The events' idempotency ``key`` column (an
+    added column: no row is rewritten) and its unique index; the index of events by type; the
+    ``retract`` event type; the ``state`` table; the ``session_meta`` table, filled from every
+    session's meta; the compactions table again, with retracts (``kind``), refilled through its
+    trigger.
+
+    The type CHECK gains a value by editing the table's text in ``sqlite_schema`` (SQLite's
+    documented way to loosen a constraint, which rewrites no row: every stored type stays
+    allowed). Building the two indexes reads every event once."""
+    db.execute("ALTER TABLE events ADD COLUMN key TEXT CHECK (key IS NULL OR length(key) BETWEEN 1 AND 256)")
+    old, new = _RETRACT_CHECK
+    sql = db.value("SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'events'")
+    if sql.count(old) != 1:
+        raise NotAJournal("?", "the events table's type CHECK is not one this version can extend")
+    version = db.value("PRAGMA schema_version")
+    db.execute("PRAGMA writable_schema = ON")
+    try:
+        db.execute("UPDATE sqlite_schema SET sql = ? WHERE type = 'table' AND name = 'events'", (sql.replace(old, new),))
+        db.execute(f"PRAGMA schema_version = {version + 1}")
+    finally:
+        db.execute("PRAGMA writable_schema = OFF")
+    # Version 1's migration made every trigger and view of the current schema already.
+    for name in ("compaction_events_apply", "events_compaction", "sessions_meta"):
+        db.execute(f"DROP TRIGGER IF EXISTS {name}")
+    db.execute("DROP VIEW IF EXISTS compaction_events")
+    db.execute("DROP TABLE IF EXISTS compactions")
+    created = {
+        "events_key", "events_app", "state", "state_at", "session_meta", "sessions_meta",
+        "compactions", "compaction_events", "events_compaction", "compaction_events_apply",
+    }  # fmt: skip
+    for statement in schema_statements(("TABLE", "INDEX", "UNIQUE", "VIEW", "TRIGGER")):
+        words = statement.split(None, 4)
+        name = words[3] if words[1] == "UNIQUE" else words[2]
+        if name in created:
+            db.execute(statement)
+    db.execute(
+        "INSERT INTO session_meta (session_id, key, type, value) "
+        "SELECT s.id, m.key, m.type, m.value FROM sessions AS s, json_each(s.meta) AS m "
+        "WHERE s.meta IS NOT NULL AND m.type NOT IN ('object', 'array', 'null')"
+    )
+    _place_compactions(db)
+
+
+def _place_compactions(db: SqliteDatabase) -> None:
+    """The compactions table's rows for the events already logged: the events that may be one go
+    through the schema's own trigger, parents before their forks and each session in seq order,
+    so each is placed from those before it."""
     db.execute(
         "WITH RECURSIVE depth (id, n) AS ("
         " SELECT id, 0 FROM sessions WHERE parent_id IS NULL"
         " UNION ALL SELECT s.id, d.n + 1 FROM depth AS d JOIN sessions AS s ON s.parent_id = d.id) "
         "INSERT INTO compaction_events SELECT e.session_id, e.seq, e.type, e.data"
         " FROM events AS e JOIN depth AS d ON d.id = e.session_id"
-        " WHERE instr(e.data, '\"surface_op\"') ORDER BY d.n, e.session_id, e.seq"
+        " WHERE instr(e.data, '\"surface_op\"') OR e.type = 'retract' ORDER BY d.n, e.session_id, e.seq"
     )
 
 
@@ -122,6 +174,7 @@ MIGRATIONS: dict[int, Callable[[SqliteDatabase], None]] = {
     2: _migrate_2,
     3: _migrate_3,
     4: _migrate_4,
+    5: _migrate_5,
 }
 
 
@@ -445,7 +498,8 @@ class SqliteStore:
         if app_id == APPLICATION_ID and version > SCHEMA_VERSION:
             raise SchemaTooNew(self.path, version, SCHEMA_VERSION)
         if self.readonly:
-            conn.pragma("query_only", True)
+            if version == SCHEMA_VERSION:
+                conn.pragma("query_only", True)  # (an older one: once its views are made)
         else:
             # Only now, with the file known to be ours (or empty), may anything write to it.
             mode = conn.pragma("journal_mode", "wal")
@@ -463,7 +517,11 @@ class SqliteStore:
             return
         if self.readonly:
             if version in MIGRATIONS:
-                return  # an older journal: its tables read the same; the next writer migrates it
+                # An older journal: the next writer migrates it. Until then this connection sees
+                # today's shape through temporary views (nothing is written to the file).
+                self._present_as_current(version)
+                self._conn.pragma("query_only", True)
+                return
             raise NotAJournal(self.path, "an empty database (open it writable once to create it)")
         if version in MIGRATIONS:
             with self.write("migrate_schema") as db:
@@ -489,6 +547,23 @@ class SqliteStore:
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         if checkpoint_pages != 0:
             self._checkpoint_new_file()
+
+    def _present_as_current(self, version: int) -> None:
+        """For a read-only connection to a journal older than version 6: temporary objects (in
+        the connection's own temp database, never the file) that give its reads today's shape —
+        events without idempotency keys, no keyed state, the metas' entries listed from the
+        sessions themselves. (A version older than 5 also lacks the compactions table: the
+        transcript reads its tail by folding.)"""
+        if version >= 6:
+            return
+        self._conn.execute(
+            "CREATE TEMP VIEW events AS SELECT session_id, seq, type, data, time_ms, NULL AS key FROM main.events;"
+            "CREATE TEMP TABLE state (id INTEGER PRIMARY KEY, session_id TEXT, key TEXT, at INTEGER, kind TEXT, value BLOB);"
+            "CREATE INDEX temp.state_at ON state (session_id, key, at, id);"
+            "CREATE TEMP VIEW session_meta AS SELECT s.id AS session_id, m.key AS key, m.type AS type, m.value AS value"
+            " FROM main.sessions AS s, json_each(s.meta) AS m"
+            " WHERE s.meta IS NOT NULL AND m.type NOT IN ('object', 'array', 'null');"
+        )
 
     def _checkpoint_new_file(self) -> None:
         """Copy a new journal's creation into the main file, so its header names it at once.

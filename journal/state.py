@@ -1,0 +1,135 @@
+"""Per-session keyed state: values under ``(session_id, key)``, latest wins, kept as versions.
+
+A framework's channel values (LangGraph's, say) live here rather than in copies inside events:
+each write adds one row per key written, dated by ``at`` (the session's event count when it was
+written, so a value written with a batch of events is dated after them), and nothing is ever
+updated in place. The value of a key is its latest row; the state *as of* seq ``s`` is made of
+the latest rows with ``at <= s + 1``. Bytes on disk grow with what changed, never with a copy
+of what did not.
+
+A fork reads its parent's state as it stood at the fork point: ``fork`` copies the latest row of
+each key (as of the fork point) into the fork, dated at its seed length; older rows are read
+through the parent (with ``at`` below the fork's seed length, so nothing the parent writes after
+the fork is seen). ``purge`` erases a session's rows, and first gives a fork reading through it
+its own copies.
+
+The Log owns the ``state`` table; these helpers run inside its transactions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from journal.codec import Codec
+from journal.errors import InvalidArgument
+from journal.store import Database
+
+MAX_KEY = 256
+_INSERT = "INSERT INTO state (session_id, key, at, kind, value) VALUES (?, ?, ?, ?, ?)"
+# The keys of a session's rows, one index seek each (not a walk of every version).
+_FIRST_KEY = "SELECT min(key) FROM state WHERE session_id = ?"
+_NEXT_KEY = "SELECT min(key) FROM state WHERE session_id = ? AND key > ?"
+_LATEST = (
+    "SELECT kind, value FROM state INDEXED BY state_at WHERE session_id = ? AND key = ? AND at <= ? "
+    "ORDER BY at DESC, id DESC LIMIT 1"
+)
+_AT_END = 2**63 - 1
+
+# A chain segment, as ``journal.log.chain_txn`` gives them: events of `owner` with lo <= seq < hi.
+Segment = tuple[str, int, float]
+
+
+def check_key(key: object, name: str = "key") -> str:
+    if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY:
+        raise InvalidArgument(name, f"must be a string of 1 to {MAX_KEY} characters, not {key!r}")
+    return key
+
+
+def encode_values(codec: Codec, values: object) -> list[tuple[str, str, Any]]:
+    """``(key, kind, stored value)`` for each entry of ``values`` (a mapping of key to bytes or a
+    JSON value), validated and encoded under the journal's limits before anything is written."""
+    if not isinstance(values, Mapping):
+        raise InvalidArgument("state", f"must be a mapping of key to value, not {type(values).__name__}")
+    out: list[tuple[str, str, Any]] = []
+    for key, value in values.items():
+        check_key(key, "state key")
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            blob = bytes(value)
+            if len(blob) > codec.max_event_bytes:
+                raise InvalidArgument(f"state[{key!r}]", f"is {len(blob)} bytes; the limit is {codec.max_event_bytes}")
+            out.append((key, "bytes", blob))
+        else:
+            out.append((key, "json", codec.encode_value(f"state[{key!r}]", value)))
+    return out
+
+
+def write_txn(db: Database, session_id: str, at: int, encoded: Iterable[tuple[str, str, Any]]) -> None:
+    """New versions of the given keys, dated ``at``, inside the caller's transaction."""
+    db.executemany(_INSERT, [(session_id, key, at, kind, value) for key, kind, value in encoded])
+
+
+def read_txn(
+    db: Database, segments: list[Segment], keys: Iterable[str] | None = None, as_of: int | None = None
+) -> dict[str, Any]:
+    """The latest value of each key (of ``keys``, or every key) as of seq ``as_of`` (or now),
+    through the fork chain ``segments`` (newest owner first): one index seek per key and owner."""
+    bound = _AT_END if as_of is None else as_of + 1
+    out: dict[str, Any] = {}
+    wanted = None if keys is None else list(keys)
+    for index, (owner, _lo, hi) in enumerate(segments):
+        # An ancestor's rows count only below the fork point: the fork's own copy holds those at it.
+        limit = bound if index == 0 else min(bound, int(hi) - 1)
+        for key in wanted if wanted is not None else _keys(db, owner):
+            if key in out:
+                continue
+            row = db.one(_LATEST, (owner, key, limit))
+            if row is not None:
+                out[key] = _decoded(*row)
+    return dict(sorted(out.items()))
+
+
+def snapshot_txn(db: Database, segments: list[Segment], fork_id: str, seed_length: int) -> None:
+    """Copy the state as of the fork point (event ``seed_length - 1``) into the new fork, dated
+    ``seed_length``: what it inherits, fixed before its parent writes more."""
+    rows = read_raw_txn(db, segments, seed_length - 1)
+    db.executemany(_INSERT, [(fork_id, key, seed_length, kind, value) for key, (kind, value) in rows.items()])
+
+
+def read_raw_txn(db: Database, segments: list[Segment], as_of: int) -> dict[str, tuple[str, Any]]:
+    out: dict[str, tuple[str, Any]] = {}
+    for index, (owner, _lo, hi) in enumerate(segments):
+        limit = as_of + 1 if index == 0 else min(as_of + 1, int(hi) - 1)
+        for key in _keys(db, owner):
+            if key not in out:
+                row = db.one(_LATEST, (owner, key, limit))
+                if row is not None:
+                    out[key] = (row[0], row[1])
+    return out
+
+
+def copy_inherited_txn(db: Database, segments: list[Segment], fork_id: str) -> None:
+    """Give a fork its own copies of the rows it reads through its ancestors (``segments``: its
+    chain, itself first), before they are erased: every version, dated as it was."""
+    for owner, _lo, hi in segments[1:]:
+        db.execute(
+            "INSERT INTO state (session_id, key, at, kind, value) "
+            "SELECT ?, key, at, kind, value FROM state WHERE session_id = ? AND at < ? ORDER BY id",
+            (fork_id, owner, int(hi)),
+        )
+
+
+def forget_txn(db: Database, session_id: str) -> None:
+    db.execute("DELETE FROM state WHERE session_id = ?", (session_id,))
+
+
+def _keys(db: Database, owner: str) -> Iterable[str]:
+    key = db.value(_FIRST_KEY, (owner,))
+    while key is not None:
+        yield key
+        key = db.value(_NEXT_KEY, (owner, key))
+
+
+def _decoded(kind: str, value: Any) -> Any:
+    return bytes(value) if kind == "bytes" else json.loads(value)
