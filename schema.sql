@@ -129,8 +129,8 @@ CREATE TABLE state (
     key        TEXT NOT NULL CHECK (length(key) BETWEEN 1 AND 256),
     at         INTEGER NOT NULL CHECK (at >= 0),
     kind       TEXT NOT NULL CHECK (kind IN ('json', 'bytes')),
-    value      BLOB NOT NULL,
-    CHECK (kind = 'bytes' OR json_valid(value))
+    value      ANY NOT NULL,
+    CHECK ((kind = 'bytes' AND typeof(value) = 'blob') OR (kind = 'json' AND typeof(value) = 'text' AND json_valid(value)))
 ) STRICT;
 
 CREATE INDEX state_at ON state (session_id, key, at, id);

@@ -47,7 +47,7 @@ from typing import Any
 from journal import engine
 from journal.claims import Claim
 from journal.engine import Journal
-from journal.errors import InvalidArgument, JournalClosed, LeaseLost
+from journal.errors import InvalidArgument, JournalClosed, LeaseLost, NoOpenTurn
 from journal.model import Event
 from journal.queue import DEFAULT_LEASE_MS
 from journal.results import Dispatch, PutResult
@@ -67,13 +67,13 @@ READERS = 2
 _WRITES = (
     "create_session", "append", "append_many", "fork", "turn_start", "step_start", "step_end",
     "provider_started", "record_assistant", "turn_end", "save_chunk", "dispatch", "put_result",
-    "submit", "renew", "requeue", "claim", "fail", "compact", "resolve",
+    "submit", "renew", "requeue", "claim", "fail", "compact", "resolve", "set_state", "retract",
 )  # fmt: skip
 _ALONE = ("recover", "recover_effects", "reconcile", "purge", "checkpoint")
 _READS = (
     "session", "sessions", "session_totals", "events", "count", "stream_chunks", "turn_state",
     "submission", "submissions", "scan", "open_turns", "interrupted", "plan", "plan_recovery",
-    "indeterminate", "messages", "provider_view", "check", "integrity_check",
+    "indeterminate", "messages", "provider_view", "check", "integrity_check", "state",
 )  # fmt: skip
 # Writes whose commit must survive power loss even under durability="normal" (G6).
 _SYNCED = frozenset({"dispatch"})
@@ -384,10 +384,15 @@ class AsyncJournal:
         turn = await self._write(lambda j: j.turn_start(session_id))
         return AsyncTurn(self, turn)
 
-    def turn(self, session_id: str) -> _TurnScope:
+    async def take_over(self, session_id: str) -> AsyncTurn:
+        turn = await self._write(lambda j: j.take_over(session_id))
+        return AsyncTurn(self, turn)
+
+    def turn(self, session_id: str, *, resume: bool = False) -> _TurnScope:
         """``async with aj.turn(s) as turn``: ``turn_end`` (complete) on a normal exit unless
-        the body ended it; left OPEN if the body raises, for recovery to close honestly."""
-        return _TurnScope(self, session_id)
+        the body ended it; left OPEN if the body raises, for recovery to close honestly.
+        ``resume=True`` continues the session's open turn (``take_over``) if it has one."""
+        return _TurnScope(self, session_id, resume)
 
     def dispatch(
         self,
@@ -531,13 +536,22 @@ class AsyncTurn:
 
 
 class _TurnScope:
-    def __init__(self, aj: AsyncJournal, session_id: str) -> None:
+    def __init__(self, aj: AsyncJournal, session_id: str, resume: bool) -> None:
         self._aj = aj
         self._session_id = session_id
+        self._resume = resume
         self._turn: AsyncTurn | None = None
 
     async def __aenter__(self) -> AsyncTurn:
-        self._turn = await self._aj.turn_start(self._session_id)
+        if self._resume:
+            if not isinstance(self._resume, bool):
+                raise InvalidArgument("resume", f"must be True or False, not {self._resume!r}")
+            try:  # as the sync turn(resume=True): take over the open turn, else open one
+                self._turn = await self._aj.take_over(self._session_id)
+            except NoOpenTurn:
+                self._turn = await self._aj.turn_start(self._session_id)
+        else:
+            self._turn = await self._aj.turn_start(self._session_id)
         return self._turn
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:

@@ -49,6 +49,9 @@ OPERATIONS = (
     "purge",
     "import",
     "writer",
+    "set_state",
+    "retract",
+    "take_over",
 )
 POINTS = tuple(f"{op}.{when}" for op in OPERATIONS for when in ("before_commit", "after_commit"))
 # Points around a tool's side effect, reached by tools that call ``reached`` (as the workload of

@@ -89,14 +89,18 @@ class Journal:
     session_totals = _delegate("_log", Log.session_totals)
     append = _delegate("_log", Log.append)
     append_many = _delegate("_log", Log.append_many)
+    set_state = _delegate("_log", Log.set_state)
+    state = _delegate("_log", Log.state)
     events = _delegate("_log", Log.events)
     count = _delegate("_log", Log.count)
     fork = _delegate("_log", Log.fork)
     _import_session = _delegate("_log", Log.import_session)  # for journal.transfer
+    _state_history = _delegate("_log", Log.state_history)  # for journal.transfer
 
     # -- turns, steps and streams (journal.turns) ------------------------------------------------
     turn_start = _delegate("_turns", Turns.turn_start)
     turn = _delegate("_turns", Turns.turn)
+    take_over = _delegate("_turns", Turns.take_over)
     step_start = _delegate("_turns", Turns.step_start)
     step_end = _delegate("_turns", Turns.step_end)
     provider_started = _delegate("_turns", Turns.provider_started)
@@ -138,6 +142,7 @@ class Journal:
     messages = _delegate("_transcript", Transcript.messages)
     provider_view = _delegate("_transcript", Transcript.provider_view)
     compact = _delegate("_transcript", Transcript.compact)
+    retract = _delegate("_transcript", Transcript.retract)
 
     # -- erasing, checking (journal.purge, journal.audit) -----------------------------------------
     purge = _delegate("_purge", Purge.purge)

@@ -325,28 +325,37 @@ def _check_types(types: object) -> tuple[str, ...]:
 def _filtered_txn(
     db: Database, session_id: str, since: int, types: tuple[str, ...] | None, newest_first: bool, limit: int | None
 ) -> list[Event]:
-    """``events()`` with a type filter, an order or a limit: each segment of the fork chain is one
-    walk (of the app-types index when every type asked for is an app type, else of the log's
-    primary key) from the chosen end, stopping after ``limit`` rows."""
-    where, args = "session_id = ? AND seq >= ? AND seq < ?", []
-    if types is not None:
-        where += f" AND type IN ({', '.join('?' * len(types))})"
-        args = list(types)
-        if all(t.startswith("x.") for t in types):
-            where += " AND type LIKE 'x.%'"  # the index's own condition: it may serve the walk
+    """``events()`` with a type filter, an order or a limit. Each segment of the fork chain is
+    walked from the chosen end, stopping after ``limit`` rows: for app types one walk of the
+    app-types index per type (merged here), else one walk of the log's primary key."""
     order = "DESC" if newest_first else "ASC"
-    sql = f"SELECT seq, type, data, time_ms, key FROM events WHERE {where} ORDER BY seq {order} LIMIT ?"
+    if types is not None and all(t.startswith("x.") and len(t) > 2 for t in types):
+        sql = (
+            "SELECT seq, type, data, time_ms, key FROM events INDEXED BY events_app "
+            f"WHERE session_id = ? AND type = ? AND type LIKE 'x.%' AND seq >= ? AND seq < ? ORDER BY seq {order} LIMIT ?"
+        )
+        queries = [(sql, (t,)) for t in dict.fromkeys(types)]
+    else:
+        kinds = "" if types is None else f" AND type IN ({', '.join('?' * len(types))})"
+        sql = (
+            f"SELECT seq, type, data, time_ms, key FROM events WHERE session_id = ?{kinds} AND seq >= ? AND seq < ? "
+            f"ORDER BY seq {order} LIMIT ?"
+        )
+        queries = [(sql, tuple(types or ()))]
     segments = chain_txn(db, session_id)
     if not newest_first:
         segments = segments[::-1]
     rows: list[tuple[int, str, str, int, str | None]] = []
-    bound = -1 if limit is None else limit
     for owner, lo, hi in segments:
-        if limit is not None and len(rows) >= limit:
+        wanted = -1 if limit is None else limit - len(rows)
+        if wanted == 0:
             break
         start, stop = max(lo, since), int(min(hi, _SEQ_END))
-        if start < stop:
-            rows.extend(db.execute(sql, (owner, start, stop, *args, bound if bound < 0 else bound - len(rows))))
+        if start >= stop:
+            continue
+        found = [row for sql, kinds in queries for row in db.execute(sql, (owner, *kinds, start, stop, wanted))]
+        found.sort(key=lambda row: row[0], reverse=newest_first)
+        rows.extend(found if wanted < 0 else found[:wanted])
     return [Event(session_id, seq, t, json.loads(data), ms, key) for seq, t, data, ms, key in rows]
 
 
@@ -772,14 +781,28 @@ class Log:
     # -- what purge and import write -------------------------------------------------------
 
     def import_session(
-        self, session_id: str, meta: str | None, created_ms: int, events: Iterable[tuple[int, str, str, int, str | None]]
+        self,
+        session_id: str,
+        meta: str | None,
+        created_ms: int,
+        events: Iterable[tuple[int, str, str, int, str | None, str | None]],
+        state: Iterable[tuple[str, int, str, Any]] = (),
     ) -> None:
-        """A session row and its events ``(seq, type, text, time_ms, call_id)``, encoded by this
-        journal's codec, in one transaction (``journal.transfer`` reads and checks them)."""
+        """A session row, its events ``(seq, type, text, time_ms, call_id, key)`` and its state
+        versions ``(key, at, kind, stored value)``, encoded by this journal's codec, in one
+        transaction (``journal.transfer`` reads and checks them)."""
         with self._store.write("import") as db:
             insert_session_txn(db, session_id, created_ms, meta=meta)
-            for seq, type_, text, time_ms, call_id in events:
-                insert_txn(db, session_id, seq, type_, text, time_ms, call_id=call_id)
+            for seq, type_, text, time_ms, call_id, key in events:
+                insert_txn(db, session_id, seq, type_, text, time_ms, call_id=call_id, key=key)
+            for key, at, kind, value in state:
+                _state.write_txn(db, session_id, at, [(key, kind, value)])
+
+    def state_history(self, session_id: str) -> list[tuple[str, int, Any]]:
+        """Every version of the session's keyed state ``(key, at, value)``, oldest first, its
+        inherited ones included (what an export writes)."""
+        with self._store.read() as db:
+            return _state.history_txn(db, chain_txn(db, session_id))
 
     def forks_reading_txn(self, db: Database, session_id: str) -> list[tuple[str, int]]:
         """The forks that read events through the session: ``(fork id, seed_length)``."""

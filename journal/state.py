@@ -120,6 +120,18 @@ def copy_inherited_txn(db: Database, segments: list[Segment], fork_id: str) -> N
         )
 
 
+def history_txn(db: Database, segments: list[Segment]) -> list[tuple[str, int, Any]]:
+    """Every version ``(key, at, value)`` the session reads, oldest first: its ancestors' below
+    each fork point, then its own (its own copy at the fork point stands for theirs there)."""
+    out: list[tuple[str, int, Any]] = []
+    for index, (owner, _lo, hi) in reversed(list(enumerate(segments))):
+        own = index == 0
+        sql = "SELECT key, at, kind, value FROM state WHERE session_id = ?" + ("" if own else " AND at < ?")
+        rows = db.execute(sql + " ORDER BY at, id", (owner,) if own else (owner, int(hi)))
+        out.extend((key, at, _decoded(kind, value)) for key, at, kind, value in rows)
+    return out
+
+
 def forget_txn(db: Database, session_id: str) -> None:
     db.execute("DELETE FROM state WHERE session_id = ?", (session_id,))
 

@@ -110,6 +110,24 @@ class Transcript:
             return self._log.append_txn(db, session_id, type, data, time_ms)
 
 
+    def retract(self, session_id: str, *, reason: str | None = None) -> Message | None:
+        """Take the transcript's last message back, without deleting anything: appends a
+        ``retract`` event naming it, which the messages view, its tail and the provider view
+        honour (and ``journal show`` marks). Returns the message taken back, or ``None`` (and
+        writes nothing) when the transcript is empty."""
+        if reason is not None and not isinstance(reason, str):
+            raise InvalidArgument("reason", f"must be a string, not {type(reason).__name__}")
+        time_ms = _log.now_ms()
+        with self._store.write("retract") as db:
+            last = _tail_txn(db, session_id, 1)
+            if not last:
+                return None
+            data: dict[str, Any] = {"seq": last[0].seq}
+            if reason is not None:
+                data["reason"] = reason
+            self._log.append_txn(db, session_id, "retract", data, time_ms)
+        return last[0]
+
     def forget_txn(self, db: Database, session_id: str) -> None:
         """Delete the session's compaction rows (purge)."""
         db.execute("DELETE FROM compactions WHERE session_id = ?", (session_id,))

@@ -1,8 +1,11 @@
 """Export and import: sessions as JSON lines, and back (``journal export`` / ``journal import``).
 
 For each session, a ``{"session": {"id", "meta", "created_ms"}}`` line, then one
-``{"event": {"session_id", "seq", "type", "data", "time_ms"}}`` line per event of its log. A fork
-is exported with the events it inherits, as a plain session of its own. Only the log and the
+``{"event": {"session_id", "seq", "type", "data", "time_ms"}}`` line per event of its log (with
+``"key"`` when it was appended with an idempotency key), then one ``{"state": {"session_id",
+"key", "at", "json"}}`` line per version of its keyed state, oldest first (``"bytes"``, in
+base64, instead of ``"json"`` for a bytes value). A fork is exported with the events and state
+versions it inherits, as a plain session of its own. Only the log and the
 session row travel: derived state (the turn journal, tool-call states) is rebuilt from the events
 by the schema's triggers on import, and what is not an event (submissions, notifications, stream
 chunks, a running turn's phase and stream key, fork parentage) stays behind.
@@ -15,6 +18,8 @@ gives the same bytes.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import json
 import os
@@ -23,6 +28,7 @@ from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 from journal import log as _log
+from journal import state as _state
 from journal.codec import Codec, check_int
 from journal.engine import Journal
 from journal.errors import InvalidArgument, InvalidEvent
@@ -32,6 +38,8 @@ from journal.store import SQLITE_HEADER
 
 _SESSION_KEYS = frozenset({"id", "meta", "created_ms"})
 _EVENT_KEYS = frozenset({"session_id", "seq", "type", "data", "time_ms"})
+_EVENT_FIELDS = _EVENT_KEYS | {"key"}
+_STATE_KEYS = frozenset({"session_id", "key", "at", "json", "bytes"})
 
 
 def export_lines(j: Journal, session_ids: Iterable[str] | None = None) -> Iterator[str]:
@@ -42,6 +50,9 @@ def export_lines(j: Journal, session_ids: Iterable[str] | None = None) -> Iterat
         yield dumps({"session": {"id": info.id, "meta": info.meta, "created_ms": info.created_ms}})
         for event in j.events(sid):
             yield dumps({"event": event.to_dict()})
+        for key, at, value in j._state_history(sid):
+            stored = {"bytes": base64.b64encode(value).decode("ascii")} if isinstance(value, bytes) else {"json": value}
+            yield dumps({"state": {"session_id": sid, "key": key, "at": at, **stored}})
 
 
 _PAGE = 1000
@@ -134,8 +145,8 @@ def _record(number: int, line: str | bytes) -> dict[str, Any] | None:
         record = parse_json(line)
     except ValueError as exc:
         raise InvalidArgument(where, f"not JSON: {exc}") from None
-    if not isinstance(record, dict) or len(record) != 1 or not ({"session", "event"} & record.keys()):
-        raise InvalidArgument(where, 'expected {"session": {...}} or {"event": {...}}')
+    if not isinstance(record, dict) or len(record) != 1 or not ({"session", "event", "state"} & record.keys()):
+        raise InvalidArgument(where, 'expected {"session": {...}}, {"event": {...}} or {"state": {...}}')
     return record
 
 
@@ -165,18 +176,51 @@ class _Pending:
         self.meta = None if meta is None else _encoded(where, "x.meta", meta, codec)[0]
         created = fields.get("created_ms")
         self.created_ms = _log.now_ms() if created is None else check_int(f"{where}: created_ms", created)
-        self.events: list[tuple[int, str, str, int, str | None]] = []
+        self.events: list[tuple[int, str, str, int, str | None, str | None]] = []
+        self.keys: set[str] = set()
+        self.state: list[tuple[str, int, str, Any]] = []
 
-    def add(self, where: str, fields: dict[str, Any], codec: Codec) -> None:
+    def _own(self, where: str, fields: dict[str, Any]) -> None:
         if fields["session_id"] != self.id:
             problem = f"{fields['session_id']!r} is not the session above ({self.id!r})"
             raise InvalidArgument(f"{where}: session_id", problem)
+
+    def add(self, where: str, fields: dict[str, Any], codec: Codec) -> None:
+        self._own(where, fields)
+        if self.state:
+            raise InvalidArgument(where, "an event after the session's state lines")
         seq = check_int(f"{where}: seq", fields["seq"])
         if seq != len(self.events):
             raise InvalidArgument(f"{where}: seq", f"{seq} breaks the sequence (expected {len(self.events)})")
         time_ms = check_int(f"{where}: time_ms", fields["time_ms"])
         text, copy = _encoded(where, fields["type"], fields["data"], codec)
-        self.events.append((seq, fields["type"], text, time_ms, _log.call_id_of(fields["type"], copy)))
+        key = fields.get("key")
+        if key is not None:
+            _state.check_key(key, f"{where}: key")
+            if key in self.keys:
+                raise InvalidArgument(f"{where}: key", f"{key!r} is the key of an event above")
+            self.keys.add(key)
+        self.events.append((seq, fields["type"], text, time_ms, _log.call_id_of(fields["type"], copy), key))
+
+    def add_state(self, where: str, fields: dict[str, Any], codec: Codec) -> None:
+        self._own(where, fields)
+        key = _state.check_key(fields["key"], f"{where}: key")
+        at = check_int(f"{where}: at", fields["at"], maximum=len(self.events))
+        if self.state and at < self.state[-1][1]:
+            raise InvalidArgument(f"{where}: at", f"{at} is older than the state line above")
+        if ("json" in fields) == ("bytes" in fields):
+            raise InvalidArgument(where, 'a state line holds one of "json" or "bytes"')
+        if "bytes" in fields:
+            try:
+                value = base64.b64decode(fields["bytes"], validate=True) if isinstance(fields["bytes"], str) else None
+            except binascii.Error:
+                value = None
+            if value is None:
+                raise InvalidArgument(f"{where}: bytes", "must be base64 text")
+        else:
+            value = fields["json"]
+        ((_, kind, stored),) = _state.encode_values(codec, {key: value})
+        self.state.append((key, at, kind, stored))
 
 
 def _encoded(where: str, type_: Any, data: Any, codec: Codec) -> tuple[str, dict[str, Any]]:
@@ -189,7 +233,7 @@ def _encoded(where: str, type_: Any, data: Any, codec: Codec) -> tuple[str, dict
 
 def _write(j: Journal, pending: _Pending) -> None:
     """The session row and all its events, in one transaction."""
-    j._import_session(pending.id, pending.meta, pending.created_ms, pending.events)
+    j._import_session(pending.id, pending.meta, pending.created_ms, pending.events, pending.state)
 
 
 def import_lines(j: Journal, lines: Iterable[str | bytes]) -> int:
@@ -212,9 +256,12 @@ def import_lines(j: Journal, lines: Iterable[str | bytes]) -> int:
                 imported += 1
             pending = _Pending(where, _fields(where, record["session"], _SESSION_KEYS, frozenset({"id"})), codec)
         elif pending is None:
-            raise InvalidArgument(where, "an event before any session line")
+            raise InvalidArgument(where, "an event or state line before any session line")
+        elif "event" in record:
+            pending.add(where, _fields(where, record["event"], _EVENT_FIELDS, _EVENT_KEYS), codec)
         else:
-            pending.add(where, _fields(where, record["event"], _EVENT_KEYS, _EVENT_KEYS), codec)
+            fields = _fields(where, record["state"], _STATE_KEYS, frozenset({"session_id", "key", "at"}))
+            pending.add_state(where, fields, codec)
     if pending is not None:
         _write(j, pending)
         imported += 1

@@ -17,10 +17,10 @@ import attrs
 
 from journal import log as _log
 from journal.codec import check_int
-from journal.errors import InvalidArgument, LeaseLost, NoOpenTurn, OpenTurnError
+from journal.errors import InvalidArgument, LeaseLost, NoOpenTurn, OpenTurnError, TurnHeld
 from journal.log import Log
-from journal.model import Event, Phase, StepOutcome, TurnEndReason
-from journal.owners import lease_owner
+from journal.model import Event, Phase, StepOutcome, SubmissionState, TurnEndReason
+from journal.owners import held_elsewhere, lease_owner
 from journal.store import Database, Store
 
 if TYPE_CHECKING:
@@ -268,13 +268,58 @@ class Turns:
             return self.start_txn(db, session_id, time_ms, owner=lease_owner())
 
     @contextlib.contextmanager
-    def turn(self, session_id: str) -> Iterator[Turn]:
+    def turn(self, session_id: str, *, resume: bool = False) -> Iterator[Turn]:
         """A turn as a context manager: ``turn_end`` (complete) on a normal exit, unless the
-        body ended it itself; left OPEN if the body raises, for recovery to close honestly."""
-        handle = self.turn_start(session_id)
+        body ended it itself; left OPEN if the body raises, for recovery to close honestly.
+
+        ``resume=True``: continue the session's open turn if it has one (``take_over``: refused
+        with ``TurnHeld`` while the process that opened it may still run), else open one."""
+        if resume and not isinstance(resume, bool):
+            raise InvalidArgument("resume", f"must be True or False, not {resume!r}")
+        handle = self._take_over(session_id, missing_ok=True) if resume else None
+        if handle is None:
+            handle = self.turn_start(session_id)
         yield handle
         if not handle.closed:
             self.turn_end(handle, reason=TurnEndReason.COMPLETE.value)
+
+    def take_over(self, session_id: str) -> Turn:
+        """Continue the session's open turn from this process: the turn a process that died
+        opened (with the turn API, or a plain ``turn_start`` append).
+
+        In one transaction the turn gets a new attempt driven by this process, which fences the
+        old handle (its next write raises ``LeaseLost``). The returned handle has the turn's open
+        step, if any (``step_number``); what the turn owes is for the caller to settle — a call
+        dispatched without a result MAY have run (``scan()`` lists it; ``put_result`` records
+        what is known). Refused with ``TurnHeld`` while the turn's owner may still be running (a
+        live process of this host, or a process of another host), or when the turn belongs to
+        a claimed submission (``reconcile()`` and ``claim()`` hand those over); ``NoOpenTurn``
+        when there is none. The alternative stays ``recover()``, which closes it."""
+        handle = self._take_over(session_id, missing_ok=False)
+        assert handle is not None
+        return handle
+
+    def _take_over(self, session_id: str, *, missing_ok: bool) -> Turn | None:
+        with self._store.write("take_over") as db:
+            start_seq = open_turn_txn(db, session_id)
+            if start_seq is None:
+                _log.next_seq_txn(db, session_id)  # SessionNotFound first
+                if missing_ok:
+                    return None
+                raise NoOpenTurn(session_id, "take_over needs an open turn")
+            row = db.one(
+                "SELECT t.attempt, t.owner, t.submission_id, q.state FROM turn_journal AS t "
+                "LEFT JOIN submissions AS q ON q.id = t.submission_id WHERE t.session_id = ? AND t.start_seq = ?",
+                (session_id, start_seq),
+            )
+            assert row is not None
+            attempt, owner, submission_id, sub_state = row
+            if submission_id is not None and sub_state == SubmissionState.RUNNING:
+                raise TurnHeld(session_id, start_seq, owner, f"it runs submission {submission_id!r}: reconcile() hands it over")
+            if held_elsewhere(owner):
+                raise TurnHeld(session_id, start_seq, owner, "that process may still be running (recover(force=True) closes it)")
+            self.hand_over_txn(db, session_id, start_seq, attempt=attempt + 1, owner=lease_owner())
+            return self.handle_txn(db, session_id, start_seq, attempt=attempt + 1, submission_id=submission_id)
 
     def _held_txn(self, db: Database, turn: Turn) -> TurnState:
         """The turn's journal row, if the caller still holds it; raises ``LeaseLost`` otherwise."""

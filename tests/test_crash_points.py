@@ -170,6 +170,11 @@ with journal.open(path) as j:                        # create_schema
     exported = [line.replace('"copy"', '"copy2"') for line in transfer.export_lines(j, ["copy"])]
     transfer.import_lines(j, exported)                  # import
     j.purge(s, copy_forks=True)                         # purge
+    j.set_state("copy2", {"channel": [1, 2]})           # set_state
+    j.append("copy2", "user_message", {"content": "oops"})
+    j.retract("copy2")                                  # retract
+    j.append("copy2", "turn_start", {"turn": 9})        # a turn no process owns
+    j.take_over("copy2").complete()                     # take_over
 import asyncio
 
 async def through_the_async_face():
@@ -183,7 +188,7 @@ OTHER_POINTS = [
     f"{op}.{when}"
     for op in (
         "create_schema", "submit", "claim", "renew", "requeue", "fail", "reconcile", "effect_recovery", "notify",
-        "resolve", "import", "purge", "writer",
+        "resolve", "import", "purge", "writer", "set_state", "retract", "take_over",
     )  # fmt: skip
     for when in ("before_commit", "after_commit")
 ]

@@ -89,11 +89,16 @@ def event_line(event: Event) -> tuple[int, str]:
 
 
 def transcript(events: Iterable[Event]) -> list[str]:
-    """The log as a readable transcript, turns and steps indented, risks marked."""
+    """The log as a readable transcript, turns and steps indented, risks marked, and each
+    message a later ``retract`` took back marked as such."""
+    events = list(events)
+    retracted = {e.data.get("seq"): e.seq for e in events if e.type == "retract"}
     lines = []
     depth = 0
     for event in events:
         indent, text = event_line(event)
+        if event.seq in retracted and event.is_surface:
+            text += f"  (retracted at seq {retracted[event.seq]})"
         if event.type == "turn_end":
             depth = max(depth - 1, 0)
         pad = "  " * (depth + (indent if event.type not in ("turn_start", "turn_end") else 0))
