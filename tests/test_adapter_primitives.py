@@ -540,3 +540,41 @@ def test_g12_a_bad_key_or_state_line_is_refused_and_imports_nothing_of_its_sessi
             transfer.import_lines(j, lines)
         assert problem in str(info.value)
         assert j.sessions() == []
+
+
+# -- the command line ---------------------------------------------------------------------------------
+
+
+def test_cli_sessions_filters_by_meta_and_prefix(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    with journal.open(path) as j:
+        j.create_session("bot-1", meta={"user": "alice", "n": 3})
+        j.create_session("bot-2", meta={"user": "bob", "n": "3"})
+        j.create_session("web-1", meta={"user": "alice"})
+    run = CliRunner().invoke
+
+    def ids(*args: str) -> list[str]:
+        out = run(main, ["sessions", "--db", str(path), "--json", *args])
+        assert out.exit_code == 0, out.output
+        return [s["id"] for s in json.loads(out.output)["sessions"]]
+
+    assert ids("--meta", "user=alice") == ["bot-1", "web-1"]
+    assert ids("--meta", "user=alice", "--prefix", "bot") == ["bot-1"]
+    assert ids("--meta", "n=3") == ["bot-1"]
+    assert ids("--meta", 'n="3"') == ["bot-2"]
+    assert run(main, ["sessions", "--db", str(path), "--meta", "nokey"]).exit_code == 2
+
+
+def test_cli_state_prints_each_key_escaped_and_json_exactly(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    with journal.open(path) as j:
+        j.create_session("s")
+        j.append_many("s", [note(0)], state={"plan": {"step": 1}, "\x1b[31mkey": "v", "raw": b"\x00\x01\x02"})
+        j.set_state("s", {"plan": {"step": 2}})
+    run = CliRunner().invoke
+    text = run(main, ["state", "s", "--db", str(path)]).output
+    assert '{"step": 2}' in text and "<3 bytes>" in text and "\x1b" not in text and "\\x1b[31mkey" in text
+    doc = json.loads(run(main, ["state", "s", "--db", str(path), "--as-of", "0", "--json"]).output)
+    assert doc["as_of"] == 0
+    assert {item["key"]: item for item in doc["state"]}["plan"] == {"key": "plan", "json": {"step": 2}}
+    assert {item["key"]: item for item in doc["state"]}["raw"] == {"key": "raw", "bytes": "AAEC"}

@@ -1,7 +1,8 @@
-"""A session's log: ``append``, ``show``, ``tail``."""
+"""A session's log: ``append``, ``show``, ``tail``; its keyed state: ``state``."""
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
@@ -15,6 +16,7 @@ from journal.cli import render
 from journal.cli.app import main
 from journal.cli.options import SEQ_MAX, Seconds, db_option, open_journal
 from journal.cli.output import output, output_options, print_json
+from journal.escape import escape
 
 
 @main.command()
@@ -112,3 +114,26 @@ def _rendered(render_lines: Callable[[], Iterable[str]], *first: str) -> Iterato
     """``first``, then ``render_lines()``: stored content is rendered only when text is printed."""
     yield from first
     yield from render_lines()
+
+
+@main.command()
+@db_option
+@click.argument("session")
+@click.option("--as-of", "as_of", type=click.IntRange(0, SEQ_MAX), default=None,
+              help="The state as it stood right after the event with this seq.")  # fmt: skip
+@output_options
+def state(db: str, session: str, as_of: int | None, as_json: bool, as_nl: bool) -> None:
+    """Show a session's keyed state: the latest value of each key (or as of a seq)."""
+    with open_journal(db, readonly=True) as j:
+        values = j.state(session, as_of=as_of)
+    items = [{"key": key, **_state_value(value)} for key, value in values.items()]
+    document = {"session_id": session, "as_of": as_of, "state": items}
+    lines = (f"{escape(key)}  {render.state_value(value)}" for key, value in values.items())
+    output(document, items, lines, as_json=as_json, as_nl=as_nl)
+
+
+def _state_value(value: Any) -> dict[str, Any]:
+    """A state value as the CLI's JSON gives it: ``{"json": value}`` or ``{"bytes": base64}``."""
+    if isinstance(value, bytes):
+        return {"bytes": base64.b64encode(value).decode("ascii")}
+    return {"json": value}

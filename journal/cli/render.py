@@ -47,6 +47,13 @@ def risk_marker(risk: str | None) -> str:
     return ""
 
 
+def state_value(value: Any) -> str:
+    """A keyed state value on one line: its JSON (escaped, cut short), or its size for bytes."""
+    if isinstance(value, bytes):
+        return f"<{len(value)} bytes>"
+    return _short(json.dumps(value, ensure_ascii=False), 100)  # JSON: "3" and 3 look different
+
+
 def event_line(event: Event) -> tuple[int, str]:
     """One event as ``(indent, text)``; indent 1 inside a turn's bookkeeping."""
     d = event.data

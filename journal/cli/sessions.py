@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -32,22 +33,44 @@ PAGE = 1000
 
 @main.command()
 @db_option
+@click.option("--meta", "metas", multiple=True, metavar="KEY=VALUE",
+              help="Only sessions whose meta has KEY equal to VALUE (a JSON scalar, else the text). Repeatable.")
+@click.option("--prefix", default=None, help="Only sessions whose id starts with this.")
 @output_options
-def sessions(db: str, as_json: bool, as_nl: bool) -> None:
+def sessions(db: str, metas: tuple[str, ...], prefix: str | None, as_json: bool, as_nl: bool) -> None:
     """List the sessions, oldest first."""
+    meta = _meta_filter(metas)
     with open_journal(db, readonly=True) as j:
         if as_json:
-            _print_json_pages("sessions", ([s.to_dict() for s in page] for page in _pages(j)))
+            _print_json_pages("sessions", ([s.to_dict() for s in page] for page in _pages(j, meta, prefix)))
         else:
-            found = (s for page in _pages(j) for s in page)  # only the chosen form consumes it
+            found = (s for page in _pages(j, meta, prefix) for s in page)  # only the chosen form consumes it
             output(None, (s.to_dict() for s in found), map(_session_line, found), as_json=False, as_nl=as_nl)
 
 
-def _pages(j: Journal) -> Iterator[list[Session]]:
-    """Every session, oldest first, a page (one query) at a time."""
+def _meta_filter(metas: tuple[str, ...]) -> dict[str, Any] | None:
+    """``--meta KEY=VALUE`` options as ``sessions(meta=...)``: VALUE read as a JSON string,
+    number or boolean when it is one (``n=3``, ``vip=true``, ``name="3"``), else as text."""
+    if not metas:
+        return None
+    out: dict[str, Any] = {}
+    for item in metas:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, not {item!r}", param_hint="--meta")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        out[key] = value if isinstance(value, (str, int, float, bool)) else text
+    return out
+
+
+def _pages(j: Journal, meta: dict[str, Any] | None = None, prefix: str | None = None) -> Iterator[list[Session]]:
+    """Every session (of the filter), oldest first, a page (one query) at a time."""
     after: Session | None = None
     while True:
-        page = j.sessions(limit=PAGE, after=after)  # after a Session: even one purged meanwhile
+        page = j.sessions(limit=PAGE, after=after, meta=meta, prefix=prefix)  # after a Session: even one purged meanwhile
         if page:
             yield page
         if len(page) < PAGE:
