@@ -1,0 +1,859 @@
+"""LangGraph on the journal: ``JournalSaver``, a ``BaseCheckpointSaver``, and ``repair``.
+
+Plug it in with one line::
+
+    graph = builder.compile(checkpointer=JournalSaver("agent.db"))
+    graph.invoke(inputs, {"configurable": {"thread_id": "t1"}}, durability="sync")
+
+**How a thread is stored.** A thread is a journal session (a thread id that is a valid session id
+is kept; any other becomes ``lg~`` + its SHA-256; the original is in the session's meta,
+``{"adapter": "langgraph", "thread_id": ...}``). In one transaction per ``put``:
+
+- the checkpoint record — id, ts, channel versions, versions seen, metadata, parent id, namespace,
+  everything but the channel values — as an ``x.langgraph.checkpoint`` event keyed by
+  namespace and checkpoint id (a retried put writes nothing);
+- each channel value whose version changed, serialized by the saver's ``serde``, as keyed state
+  under ``lg.v:[namespace, channel, version]``. A channel that did not change is not copied: the
+  state grows with what changed. (LangGraph itself re-serializes a channel whole when it changes:
+  a ``messages`` list is written again, whole, at each step that adds a message.)
+- in the root namespace, the typed events derived from the new messages of the ``messages``
+  channel: a ``HumanMessage`` is a ``user_message``; an ``AIMessage`` with tool calls opens a turn
+  if none is open, and is an ``assistant_message`` with its ``tool_calls`` followed by one
+  ``tool_call`` (a dispatch) per call; a ``ToolMessage`` is a ``tool_result`` (first write wins,
+  G5); an ``AIMessage`` without tool calls is an ``assistant_message`` and ends the open turn.
+  Every derived event is keyed (by message id or call id), so a put seen twice adds nothing.
+
+``put_writes`` stores each write as an ``x.langgraph.write`` event keyed by (namespace, checkpoint
+id, task id, index): two processes writing the same task store it once. Special writes (errors,
+interrupts, resumes) replace an earlier one, as in LangGraph's SQLite saver. A ``ToolMessage``
+written to the root ``messages`` channel is a ``tool_result`` at once, in the same transaction.
+
+**What it guarantees.** Durability: every put and write is one transaction, durable when it
+returns (G1, G2). The dispatch barrier (G6) holds under ``durability="sync"``: LangGraph then
+commits the checkpoint that holds the ``AIMessage`` with tool calls before the tool node runs, and
+that checkpoint's transaction holds the ``tool_call`` events. So after a crash ``scan()`` names
+every call that may have run, and ``repair`` answers it in LangGraph's own shape (a
+``ToolMessage`` saying it MAY have run) instead of letting the graph run the tool again.
+
+**What it cannot.** Under ``durability="async"`` a tool may start before its checkpoint is
+committed, and under ``"exit"`` only the last checkpoint is written: the journal then learns of a
+call after the fact, and a crash before that leaves no trace of it. A tool node that interrupts
+(``interrupt()`` for human approval) has its calls recorded as dispatched: repairing such a thread
+would report them as "may have run" — repair only a thread whose run died. Subgraph namespaces
+are stored but not mirrored into typed events (their messages usually reach the root state).
+Messages replaced or removed in LangGraph's state (same id, ``RemoveMessage``) keep their first
+form in the journal's transcript. ``prune`` and ``delete_for_runs`` hide checkpoints with an
+``x.langgraph.delete`` event (the journal is append-only, G3): their bytes stay until
+``delete_thread``, which purges the whole session. A DeltaChannel (beta) history crossing a
+hidden checkpoint reads as starting empty there, as LangGraph warns for any pruning saver.
+``copy_thread`` is ``fork``: O(1) in the thread's events, plus a copy of one state row per key —
+here one per stored channel version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import builtins  # the saver has a `list` method (LangGraph's API): the annotations after it say builtins.list
+import hashlib
+import json
+import logging
+import random
+import re
+from collections.abc import AsyncIterator, Iterator, Sequence
+from os import PathLike
+from typing import Any
+
+import attrs
+
+from journal.adapters import require
+
+require("langgraph.checkpoint.base", "langgraph")
+
+from langchain_core.messages import ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+import journal
+from journal.recovery import RecoveryResult, synthetic_result
+
+__all__ = ["JournalSaver", "Repaired", "arepair", "repair", "session_id_for"]
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT = "x.langgraph.checkpoint"
+WRITE = "x.langgraph.write"
+DELETE = "x.langgraph.delete"
+META_ADAPTER = "langgraph"
+_HASHED = "lg~"
+_SESSION_ID = re.compile(r"[\x21-\x7e]{1,256}")
+_MAX_KEY = 256
+_SURFACE = ["user_message", "system_message", "assistant_message", "tool_result"]
+_TURN_KEY = "lg.turn"  # {"turn": n, "steps": k}: the number of the last turn opened here
+# A derived event that would break the batch (a dispatch the log already holds without our key,
+# content the codec refuses): the checkpoint is then stored alone, and the mirror skipped.
+_MIRROR_ERRORS = (journal.InvalidEvent, journal.AlreadyDispatched, journal.NoOpenTurn, journal.ResultExists)
+
+
+# -- names ----------------------------------------------------------------------------------------
+
+
+def session_id_for(thread_id: object) -> str:
+    """The journal session of a LangGraph thread: the thread id itself when it is a valid session
+    id (1-256 printable ASCII, no spaces) not starting with ``lg~``, else ``lg~`` + its SHA-256."""
+    text = str(thread_id)
+    if _SESSION_ID.fullmatch(text) and not text.startswith(_HASHED):
+        return text
+    return _HASHED + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _key(prefix: str, *parts: object) -> str:
+    """An idempotency or state key naming ``parts`` unambiguously; hashed when too long."""
+    text = f"{prefix}:{json.dumps(parts, ensure_ascii=True, separators=(',', ':'))}"
+    if len(text) <= _MAX_KEY:
+        return text
+    return f"{prefix}#{hashlib.sha256(text.encode()).hexdigest()}"
+
+
+def _value_key(ns: str, channel: str, version: object) -> str:
+    return _key("lg.v", ns, channel, str(version))
+
+
+# -- encodings ------------------------------------------------------------------------------------
+
+
+def _pack(typed: tuple[str, bytes]) -> bytes:
+    """A serde ``(type, bytes)`` pair as one state value: the type, a NUL, the bytes."""
+    return typed[0].encode() + b"\0" + bytes(typed[1])
+
+
+def _unpack(blob: bytes) -> tuple[str, bytes]:
+    kind, _, data = bytes(blob).partition(b"\0")
+    return kind.decode(), data
+
+
+def _b64(typed: tuple[str, bytes]) -> list[str]:
+    return [typed[0], base64.b64encode(bytes(typed[1])).decode("ascii")]
+
+
+def _unb64(pair: list[str]) -> tuple[str, bytes]:
+    return pair[0], base64.b64decode(pair[1])
+
+
+def _is_json(value: Any) -> bool:
+    """Whether ``value`` is stored as plain JSON and read back equal (else it goes through serde)."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False)) == value
+    except (TypeError, ValueError, RecursionError):
+        return False
+
+
+def _content(value: Any) -> Any:
+    """Message content as the journal takes it: a string, or JSON content blocks."""
+    return value if isinstance(value, str) or _is_json(value) else str(value)
+
+
+# -- the typed events derived from messages ---------------------------------------------------------
+
+
+@attrs.define
+class _Turn:
+    """Where the thread's journal turn stands while a batch of messages is derived."""
+
+    open: bool
+    number: int
+    steps: int
+
+
+def _derive(messages: Sequence[Any], start: int, turn: _Turn) -> list[tuple[str, dict[str, Any], str | None]]:
+    """The typed events for ``messages[start:]`` (pure): each keyed by message or call id so a
+    message derived twice is written once. ``turn`` is advanced in place."""
+    items: list[tuple[str, dict[str, Any], str | None]] = []
+    for index in range(start, len(messages)):
+        message = messages[index]
+        kind = getattr(message, "type", None)
+        ident = _ident(message, index)
+        key = _key("lg.m", ident)
+        if kind == "human":
+            items.append(("user_message", {"content": _content(message.content)}, key))
+        elif kind == "system":
+            items.append(("system_message", {"content": _content(message.content)}, key))
+        elif kind == "tool":
+            items.append(("tool_result", _result(message), key))
+        elif kind in ("ai", "AIMessageChunk"):
+            calls = [
+                {"id": c["id"], "name": c["name"], "arguments": c.get("args", {})}
+                for c in getattr(message, "tool_calls", None) or []
+                if c.get("id")
+            ]
+            data: dict[str, Any] = {
+                "content": _content(message.content),
+                "stop_reason": "tool_use" if calls else "stop",
+            }
+            usage = getattr(message, "usage_metadata", None)
+            if usage:
+                data["usage"] = {"input": usage.get("input_tokens", 0), "output": usage.get("output_tokens", 0)}
+            if calls:
+                if not turn.open:
+                    turn.open, turn.number, turn.steps = True, turn.number + 1, 0
+                    items.append(("turn_start", {"turn": turn.number}, _key("lg.ts", ident)))
+                turn.steps += 1
+                items.append(("assistant_message", {**data, "tool_calls": calls}, key))
+                items.extend(("tool_call", call, _key("lg.d", call["id"])) for call in calls)
+            else:
+                items.append(("assistant_message", data, key))
+                if turn.open:
+                    turn.steps += 1
+                    end = {"turn": turn.number, "steps": turn.steps, "reason": "complete"}
+                    items.append(("turn_end", end, _key("lg.te", ident)))
+                    turn.open = False
+    return items
+
+
+def _ident(message: Any, index: int) -> str:
+    """A message's id, or for one without an id its position in the list."""
+    mid = getattr(message, "id", None)
+    return str(mid) if mid else f"#{index}"
+
+
+def _result(message: Any) -> dict[str, Any]:
+    """A ``ToolMessage`` as a ``tool_result``; a repair's message carries the journal's metadata
+    so that it reads as the same result as the synthetic one (G5 writes nothing twice)."""
+    data: dict[str, Any] = {"tool_call_id": message.tool_call_id, "content": _content(message.content)}
+    if message.name:
+        data["name"] = message.name
+    if getattr(message, "status", None) == "error":
+        data["is_error"] = True
+    extra = (getattr(message, "response_metadata", None) or {}).get("journal")
+    if isinstance(extra, dict):
+        data["metadata"] = extra
+    return data
+
+
+def _tool_messages(value: Any) -> list[Any]:
+    """The ``ToolMessage``s of one write to the messages channel (a message or a list of them)."""
+    values = value if isinstance(value, (list, tuple)) else [value]
+    return [v for v in values if getattr(v, "type", None) == "tool" and getattr(v, "tool_call_id", None)]
+
+
+class _History:
+    """A thread's checkpoint events, newest first, read lazily in growing pages through the
+    index of app events (finding the latest is one index seek), with the seq of each one seen."""
+
+    def __init__(self, j: journal.Journal, session_id: str) -> None:
+        self._journal, self._session_id = j, session_id
+        self._events: list[journal.Event] = []
+        self._seqs: dict[tuple[str, str], int] = {}
+        self._limit, self._done = 16, False
+
+    def _more(self) -> bool:
+        if self._done:
+            return False
+        page = self._journal.events(self._session_id, types=[CHECKPOINT], newest_first=True, limit=self._limit)
+        # Older than the last one seen: an append meanwhile shifts the page, never repeats one.
+        new = [e for e in page if e.seq < self._events[-1].seq] if self._events else page
+        self._events.extend(new)
+        for event in new:
+            self._seqs.setdefault((event.data["ns"], event.data["id"]), event.seq)
+        self._done, self._limit = len(page) < self._limit, self._limit * 8
+        return bool(new)
+
+    def __iter__(self) -> Iterator[journal.Event]:
+        index = 0
+        while index < len(self._events) or self._more():
+            yield self._events[index]
+            index += 1
+
+    def writes_since(self, event: journal.Event) -> int:
+        """Where the pending writes of checkpoint ``event`` start: at its parent's record.
+
+        A checkpoint's writes come from the tasks that run from it, and LangGraph stores them
+        after that checkpoint's parent: with ``durability="sync"`` it commits each checkpoint
+        before the next step runs, and only the input checkpoint's own put can come after its
+        writes. (Under ``"async"`` the puts may lag behind the steps; a write stored before its
+        checkpoint's parent would not be found.) Without a parent: from the start."""
+        parent = event.data.get("parent_id")
+        if parent is None:
+            return 0
+        where = (event.data["ns"], parent)
+        while where not in self._seqs and self._more():
+            pass
+        return min(self._seqs.get(where, 0), event.seq)
+
+
+# -- the saver ------------------------------------------------------------------------------------
+
+
+class JournalSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer that keeps each thread as a journal session (see the module doc).
+
+    ``path_or_journal``: a file (opened here, closed by ``close()``) or an open ``journal.Journal``
+    (left open). ``durability``: the journal's, for a file opened here. ``messages_channel``: the
+    channel whose messages become typed events (``None``: no typed events). The async methods
+    run the sync ones in a worker thread: an event loop never waits on an fsync.
+    """
+
+    def __init__(
+        self,
+        path_or_journal: str | PathLike[str] | journal.Journal,
+        *,
+        serde: SerializerProtocol | None = None,
+        durability: str = "full",
+        messages_channel: str | None = "messages",
+    ) -> None:
+        super().__init__(serde=serde)
+        if isinstance(path_or_journal, journal.Journal):
+            self.journal, self._owned = path_or_journal, False
+        else:
+            self.journal, self._owned = journal.open(path_or_journal, durability=durability), True
+        self.messages_channel = messages_channel
+        self._known: set[str] = set()
+
+    def close(self) -> None:
+        """Close the journal if this saver opened it."""
+        if self._owned:
+            self.journal.close()
+
+    def __enter__(self) -> JournalSaver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def get_next_version(self, current: str | int | None, channel: None = None) -> str:
+        """Versions with a random tail, as LangGraph's own savers make them: two branches of one
+        thread never give one channel the same version, so a state key names one value."""
+        number = 0 if current is None else current if isinstance(current, int) else int(str(current).split(".")[0])
+        return f"{number + 1:032}.{random.random():016}"
+
+    # -- threads ---------------------------------------------------------------------------------
+
+    def _ensure(self, session_id: str, thread_id: str) -> None:
+        """Create the thread's session on its first write (another process may race: fine)."""
+        if session_id in self._known:
+            return
+        try:
+            self.journal.create_session(session_id, meta={"adapter": META_ADAPTER, "thread_id": thread_id})
+        except journal.SessionExists:
+            pass
+        self._known.add(session_id)
+
+    def _append(self, session_id: str, thread_id: str, items: list[Any], state: dict[str, Any]) -> list[journal.Event]:
+        self._ensure(session_id, thread_id)
+        try:
+            return self.journal.append_many(session_id, items, state=state or None)
+        except journal.SessionNotFound:  # deleted by another saver since: a new thread
+            self._known.discard(session_id)
+            self._ensure(session_id, thread_id)
+            return self.journal.append_many(session_id, items, state=state or None)
+
+    def _threads(self) -> Iterator[tuple[str, str]]:
+        """Every LangGraph thread of the file, as ``(thread id, session id)``."""
+        after = None
+        while True:
+            page = self.journal.sessions(limit=500, after=after, meta={"adapter": META_ADAPTER})
+            for session in page:
+                yield str((session.meta or {}).get("thread_id", session.id)), session.id
+            if len(page) < 500:
+                return
+            after = page[-1]
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def _hidden(self, session_id: str) -> set[tuple[str, str]]:
+        """The checkpoints ``prune`` and ``delete_for_runs`` took away, as ``(namespace, id)``."""
+        return {(ns, cid) for e in self.journal.events(session_id, types=[DELETE]) for ns, cid in e.data["checkpoints"]}
+
+    def _writes(self, session_id: str, since: int) -> dict[tuple[str, str], list[tuple[str, str, Any]]]:
+        """Pending writes stored after seq ``since``, by ``(namespace, checkpoint id)``, each
+        list in ``writes_sort_key`` order; of two special writes of a task the later wins."""
+        chosen: dict[tuple[str, str], dict[tuple[str, int], dict[str, Any]]] = {}
+        for event in self.journal.events(session_id, since=since, types=[WRITE]):
+            d = event.data
+            chosen.setdefault((d["ns"], d["checkpoint_id"]), {})[(d["task_id"], d["idx"])] = d
+        return {
+            where: [
+                (d["task_id"], d["channel"], self.serde.loads_typed(_unb64(d["value"])))
+                for d in sorted(found.values(), key=lambda d: (d["task_path"], d["task_id"], d["idx"]))
+            ]
+            for where, found in chosen.items()
+        }
+
+    def _decoded(self, data: dict[str, Any], field: str) -> Any:
+        """A field of a checkpoint record: plain JSON, or serde's bytes when it was not JSON."""
+        if field in data:
+            return data[field]
+        return self.serde.loads_typed(_unb64(data[field + "_typed"]))
+
+    def _tuple(
+        self, thread_id: str, session_id: str, event: journal.Event, writes: list[tuple[str, str, Any]]
+    ) -> CheckpointTuple:
+        data = event.data
+        ns = data["ns"]
+        checkpoint = dict(self._decoded(data, "checkpoint"))
+        keys = {
+            _value_key(ns, channel, version): channel for channel, version in checkpoint["channel_versions"].items()
+        }
+        stored = self.journal.state(session_id, keys=list(keys)) if keys else {}
+        values = {}
+        for key, blob in stored.items():
+            kind, payload = _unpack(blob)
+            if kind != "empty":
+                values[keys[key]] = self.serde.loads_typed((kind, payload))
+        checkpoint["channel_values"] = values
+        parent = data.get("parent_id")
+        return CheckpointTuple(
+            config=_config(thread_id, ns, checkpoint["id"]),
+            checkpoint=checkpoint,  # type: ignore[arg-type]
+            metadata=self._decoded(data, "metadata"),
+            parent_config=_config(thread_id, ns, parent) if parent else None,
+            pending_writes=writes,
+        )
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint named by ``config`` (its ``checkpoint_id``), or the thread's latest in
+        the namespace: the newest ``x.langgraph.checkpoint`` event, read newest first."""
+        configurable = config["configurable"]
+        thread_id, ns = str(configurable["thread_id"]), configurable.get("checkpoint_ns", "")
+        wanted = get_checkpoint_id(config)
+        session_id = session_id_for(thread_id)
+        try:
+            hidden = self._hidden(session_id)
+            history = _History(self.journal, session_id)
+            for event in history:
+                found = (event.data["ns"], event.data["id"])
+                if found[0] == ns and found not in hidden and (wanted is None or found[1] == wanted):
+                    writes = self._writes(session_id, history.writes_since(event)).get(found, [])
+                    return self._tuple(thread_id, session_id, event, writes)
+        except journal.SessionNotFound:
+            pass
+        return None
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first: of the thread of ``config`` (of its namespace if it names
+        one, of one checkpoint if it names one) or of every thread; ``filter`` keeps those whose
+        metadata has these entries, ``before`` those older than its checkpoint id."""
+        configurable = (config or {}).get("configurable", {})
+        threads = (
+            [(str(configurable["thread_id"]), session_id_for(configurable["thread_id"]))]
+            if "thread_id" in configurable
+            else list(self._threads())
+        )
+        before_id = get_checkpoint_id(before) if before else None
+        left = limit
+        for thread_id, session_id in threads:
+            if left is not None and left <= 0:
+                return
+            history = _History(self.journal, session_id)
+            try:
+                chosen = self._select(session_id, history, configurable, filter or {}, before_id, left)
+            except journal.SessionNotFound:
+                continue
+            if not chosen:
+                continue
+            writes = self._writes(session_id, min(history.writes_since(e) for e in chosen))
+            for event in chosen:
+                found = writes.get((event.data["ns"], event.data["id"]), [])
+                yield self._tuple(thread_id, session_id, event, found)
+            if left is not None:
+                left -= len(chosen)
+
+    def _select(
+        self,
+        session_id: str,
+        history: _History,
+        configurable: dict[str, Any],
+        filter: dict[str, Any],
+        before_id: str | None,
+        limit: int | None,
+    ) -> builtins.list[journal.Event]:
+        hidden = self._hidden(session_id)
+        chosen: builtins.list[journal.Event] = []
+        for event in history:
+            ns, cid = event.data["ns"], event.data["id"]
+            if (ns, cid) in hidden:
+                continue
+            if "checkpoint_ns" in configurable and ns != configurable["checkpoint_ns"]:
+                continue
+            if configurable.get("checkpoint_id") and cid != configurable["checkpoint_id"]:
+                continue
+            if before_id is not None and not cid < before_id:
+                continue
+            if filter:
+                metadata = self._decoded(event.data, "metadata")
+                if not all(metadata.get(k) == v for k, v in filter.items()):
+                    continue
+            chosen.append(event)
+            if limit is not None and len(chosen) >= limit:
+                break
+        return chosen
+
+    # -- writes ----------------------------------------------------------------------------------
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint in one transaction: its record as an event, the channels whose
+        version changed as keyed state, and (root namespace) the typed events of new messages."""
+        configurable = config["configurable"]
+        thread_id, ns = str(configurable["thread_id"]), configurable.get("checkpoint_ns", "")
+        parent = configurable.get("checkpoint_id")
+        session_id = session_id_for(thread_id)
+        self._ensure(session_id, thread_id)
+        record = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        data: dict[str, Any] = {"ns": ns, "id": checkpoint["id"], "parent_id": parent}
+        data.update(self._field("checkpoint", record))
+        data.update(self._field("metadata", get_serializable_checkpoint_metadata(config, metadata)))
+        values = checkpoint["channel_values"]
+        state = {
+            _value_key(ns, channel, version): _pack(self.serde.dumps_typed(values[channel]))
+            for channel, version in new_versions.items()
+            if channel in values
+        }
+        native = (CHECKPOINT, data, _key("lg.c", ns, checkpoint["id"]))
+        derived, turn_state = self._mirror(session_id, ns, parent, values, new_versions, data)
+        try:
+            self._append(session_id, thread_id, [native, *derived], {**state, **turn_state})
+        except _MIRROR_ERRORS as exc:
+            if not derived:
+                raise
+            log.warning("journal: the typed events of checkpoint %s were not written: %s", checkpoint["id"], exc)
+            data.pop("messages_mirrored", None)
+            self._append(session_id, thread_id, [native], state)
+        return _config(thread_id, ns, checkpoint["id"])
+
+    def _field(self, name: str, value: Any) -> dict[str, Any]:
+        """``{name: value}`` when the value is plain JSON (readable in ``journal show``), else
+        ``{name_typed: [serde type, base64]}``."""
+        return {name: value} if _is_json(value) else {f"{name}_typed": _b64(self.serde.dumps_typed(value))}
+
+    def _mirror(
+        self,
+        session_id: str,
+        ns: str,
+        parent: str | None,
+        values: dict[str, Any],
+        new_versions: ChannelVersions,
+        data: dict[str, Any],
+    ) -> tuple[builtins.list[Any], dict[str, Any]]:
+        """The typed events of the messages this checkpoint adds (those after the prefix the
+        journal holds, ``_mirrored``), and the turn counter's new state. Each record notes how
+        many messages its checkpoint holds, all of them derived by then, for its child's put."""
+        channel = self.messages_channel
+        messages = values.get(channel) if channel is not None else None
+        if ns != "" or not isinstance(messages, list):
+            return [], {}
+        if messages:
+            data["messages_mirrored"] = [len(messages), _ident(messages[-1], len(messages) - 1)]
+        if channel not in new_versions:
+            return [], {}
+        start = self._mirrored(session_id, parent, messages)
+        if start >= len(messages):
+            return [], {}
+        open_turn = self.journal.turn_state(session_id)
+        counter = self.journal.state(session_id, keys=[_TURN_KEY]).get(_TURN_KEY) or {"turn": 0, "steps": 0}
+        if open_turn is not None:
+            steps = counter["steps"] if counter["turn"] == open_turn.turn else open_turn.steps
+            turn = _Turn(True, open_turn.turn or counter["turn"], steps)
+        else:
+            turn = _Turn(False, counter["turn"], 0)
+        before = (turn.open, turn.number, turn.steps)
+        items = _derive(messages, start, turn)
+        changed = before != (turn.open, turn.number, turn.steps)
+        return items, ({_TURN_KEY: {"turn": turn.number, "steps": turn.steps}} if changed else {})
+
+    def _mirrored(self, session_id: str, parent: str | None, messages: builtins.list[Any]) -> int:
+        """How many of ``messages`` (a prefix) the journal holds already: as the parent
+        checkpoint's record says (one index seek), else up to the newest one the journal holds
+        (a branch, a fork, a parent further back), found by the keys of the latest messages."""
+        if parent is not None:
+            for event in self.journal.events(session_id, types=[CHECKPOINT], newest_first=True, limit=16):
+                if event.data["ns"] == "" and event.data["id"] == parent:
+                    if "messages_mirrored" not in event.data:
+                        return 0  # the parent had no messages
+                    count, last = event.data["messages_mirrored"]
+                    if 0 < count <= len(messages) and _ident(messages[count - 1], count - 1) == last:
+                        return count
+                    break
+        wanted = {_key("lg.m", _ident(m, i)): i for i, m in enumerate(messages)}
+        recent = self.journal.events(session_id, types=_SURFACE, newest_first=True, limit=256)
+        found = [wanted[e.key] for e in recent if e.key in wanted]
+        return max(found) + 1 if found else 0
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's writes, each once per (checkpoint, task, index) through append keys; a
+        ``ToolMessage`` written to the root messages channel is a ``tool_result`` at once."""
+        configurable = config["configurable"]
+        thread_id, ns = str(configurable["thread_id"]), configurable.get("checkpoint_ns", "")
+        checkpoint_id = str(configurable["checkpoint_id"])
+        session_id = session_id_for(thread_id)
+        special = all(channel in WRITES_IDX_MAP for channel, _ in writes)
+        items: builtins.list[Any] = []
+        derived: builtins.list[Any] = []
+        for index, (channel, value) in enumerate(writes):
+            idx = WRITES_IDX_MAP.get(channel, index)
+            data = {
+                "ns": ns,
+                "checkpoint_id": checkpoint_id,
+                "task_id": task_id,
+                "task_path": task_path,
+                "idx": idx,
+                "channel": channel,
+                "value": _b64(self.serde.dumps_typed(value)),
+            }
+            # Special writes replace an earlier one (the reader keeps the last): no key.
+            items.append((WRITE, data, None if special else _key("lg.w", ns, checkpoint_id, task_id, idx)))
+            if ns == "" and channel == self.messages_channel:
+                for message in _tool_messages(value):
+                    mid = getattr(message, "id", None)
+                    derived.append(("tool_result", _result(message), _key("lg.m", mid) if mid else None))
+        try:
+            self._append(session_id, thread_id, items + derived, {})
+        except _MIRROR_ERRORS as exc:
+            if not derived:
+                raise
+            log.warning("journal: the tool results of task %s were not written as typed events: %s", task_id, exc)
+            self._append(session_id, thread_id, items, {})
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Erase the thread: ``purge`` of its session (a copy keeps its own copy of the events)."""
+        session_id = session_id_for(thread_id)
+        self._known.discard(session_id)
+        try:
+            self.journal.purge(session_id, copy_forks=True)
+        except journal.SessionNotFound:
+            pass
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """The target thread as a ``fork`` of the source's session: it reads the source's events
+        through it (O(1) in their number) and gets a copy of the keyed state.
+
+        A source with an open turn (a run in flight, or one that died and was not repaired) is
+        forked before that turn — a fork never inherits half a turn (G11) — and the LangGraph
+        events after it are copied, without their typed events. A missing source copies nothing;
+        an existing target raises ``SessionExists``."""
+        source, target = session_id_for(source_thread_id), session_id_for(target_thread_id)
+        meta = {"adapter": META_ADAPTER, "thread_id": str(target_thread_id)}
+        try:
+            self.journal.fork(source, id=target, meta=meta)
+        except journal.SessionNotFound:
+            return
+        except journal.OpenTurnError as exc:
+            if exc.seq > 0:
+                self.journal.fork(source, at=exc.seq - 1, id=target, meta=meta)
+            else:
+                self.journal.create_session(target, meta=meta)
+            later = self.journal.events(source, since=exc.seq, types=[CHECKPOINT, WRITE, DELETE])
+            have = set(self.journal.state(target))
+            state = {k: v for k, v in self.journal.state(source).items() if k not in have}
+            self.journal.append_many(target, [(e.type, e.data, e.key) for e in later], state=state or None)
+        self._known.add(target)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Hide every checkpoint whose metadata names one of ``run_ids`` (and with it its
+        writes), in every thread: an ``x.langgraph.delete`` event each. Reads every thread's
+        checkpoint records, as LangGraph's SQLite saver reads its whole table."""
+        runs = set(run_ids)
+        if not runs:
+            return
+        for _thread_id, session_id in list(self._threads()):
+            hidden = self._hidden(session_id)
+            gone = [
+                [e.data["ns"], e.data["id"]]
+                for e in self.journal.events(session_id, types=[CHECKPOINT])
+                if (e.data["ns"], e.data["id"]) not in hidden
+                and self._decoded(e.data, "metadata").get("run_id") in runs
+            ]
+            if gone:
+                self.journal.append(session_id, DELETE, {"checkpoints": gone, "reason": "delete_for_runs"})
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: hide all but each namespace's latest checkpoint (an
+        ``x.langgraph.delete`` event; the bytes stay, G3). ``delete``: ``delete_thread``."""
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f'strategy must be "keep_latest" or "delete", not {strategy!r}')
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                self.delete_thread(thread_id)
+                continue
+            session_id = session_id_for(thread_id)
+            try:
+                hidden = self._hidden(session_id)
+                events = list(_History(self.journal, session_id))
+            except journal.SessionNotFound:
+                continue
+            kept: set[str] = set()
+            gone = []
+            for event in events:
+                ns, cid = event.data["ns"], event.data["id"]
+                if (ns, cid) in hidden:
+                    continue
+                if ns in kept:
+                    gone.append([ns, cid])
+                kept.add(ns)
+            if gone:
+                self.journal.append(session_id, DELETE, {"checkpoints": gone, "reason": "prune"})
+
+    # -- the async twins: the sync calls in a worker thread -----------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        found = await asyncio.to_thread(lambda: list(self.list(config, filter=filter, before=before, limit=limit)))
+        for item in found:
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(lambda: self.prune(thread_ids, strategy=strategy))
+
+
+def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
+
+
+# -- repair after a crash ---------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Repaired:
+    """What ``repair`` did: the journal's recovery, and the ``ToolMessage``s added to the graph."""
+
+    session_id: str
+    recovered: tuple[RecoveryResult, ...]
+    tool_messages: tuple[Any, ...]
+
+
+def repair(graph: Any, config: RunnableConfig, *, tools_node: str = "tools") -> Repaired:
+    """Make a thread whose run died consistent, in LangGraph's own shape.
+
+    Runs the journal's recovery for the thread (a dispatched call without a result gets a
+    synthetic result saying it MAY have run; the open turn ends ``interrupted``), then adds to the
+    graph's state, as ``tools_node``, a ``ToolMessage`` for every tool call of the last
+    ``AIMessage`` that has none: a result the tool saved before the crash (a pending write) if
+    there is one, else the journal's result for the call. The next ``invoke`` (``None`` to go
+    on) then has no orphan tool call and does not run the tool again. Call it only for a thread
+    whose run is not going on. ``graph`` is compiled with a ``JournalSaver`` checkpointer."""
+    saver = graph.checkpointer
+    if not isinstance(saver, JournalSaver):
+        raise TypeError(f"repair needs a graph compiled with a JournalSaver checkpointer, not {type(saver).__name__}")
+    channel = saver.messages_channel or "messages"
+    thread_id = str(config["configurable"]["thread_id"])
+    session_id = session_id_for(thread_id)
+    try:
+        recovered = tuple(saver.journal.recover(session_id))
+    except journal.SessionNotFound:
+        return Repaired(session_id, (), ())
+    messages = list(graph.get_state(config).values.get(channel) or [])
+    asked = [i for i, m in enumerate(messages) if getattr(m, "type", None) == "ai" and getattr(m, "tool_calls", None)]
+    if not asked:
+        return Repaired(session_id, recovered, ())
+    request = messages[asked[-1]]
+    answered = {m.tool_call_id for m in messages[asked[-1] + 1 :] if getattr(m, "type", None) == "tool"}
+    missing = [c for c in request.tool_calls if c.get("id") and c["id"] not in answered]
+    if not missing:
+        return Repaired(session_id, recovered, ())
+    latest = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
+    saved = {
+        m.tool_call_id: m
+        for _task, ch, value in (latest.pending_writes or [] if latest else [])
+        if ch == channel
+        for m in _tool_messages(value)
+    }
+    stored = _journal_results(saver.journal, session_id, {c["id"] for c in missing} - set(saved))
+    added = []
+    for call in missing:
+        if call["id"] in saved:
+            added.append(saved[call["id"]])
+            continue
+        result = stored.get(call["id"])
+        if result is None:  # the journal never saw the call (not run under durability="sync")
+            result = synthetic_result(
+                call["id"], call.get("name"), journal.Risk.TOOL_OUTCOME_UNKNOWN, source="langgraph.repair"
+            ).data
+        added.append(
+            ToolMessage(
+                content=result["content"],
+                tool_call_id=call["id"],
+                name=result.get("name"),
+                status="error" if result.get("is_error") else "success",
+                response_metadata={"journal": result["metadata"]} if isinstance(result.get("metadata"), dict) else {},
+            )
+        )
+    graph.update_state(config, {channel: added}, as_node=tools_node)
+    return Repaired(session_id, recovered, tuple(added))
+
+
+async def arepair(graph: Any, config: RunnableConfig, *, tools_node: str = "tools") -> Repaired:
+    """``repair`` in a worker thread (it waits on the file)."""
+    return await asyncio.to_thread(repair, graph, config, tools_node=tools_node)
+
+
+def _journal_results(j: journal.Journal, session_id: str, call_ids: set[str]) -> dict[str, dict[str, Any]]:
+    """The stored ``tool_result`` of each of ``call_ids``, read from the end of the log (the
+    calls are the thread's latest)."""
+    if not call_ids:
+        return {}
+    found: dict[str, dict[str, Any]] = {}
+    for event in j.events(session_id, types=["tool_result"], newest_first=True, limit=max(64, 4 * len(call_ids))):
+        call_id = event.data.get("tool_call_id")
+        if call_id in call_ids and call_id not in found:
+            found[call_id] = event.data
+    return found

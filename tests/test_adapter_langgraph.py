@@ -1,0 +1,390 @@
+"""The LangGraph adapter (DESIGN §14): ``JournalSaver`` passes LangGraph's own conformance suite,
+a real agent graph round-trips through it with its turns, dispatches and results in the journal,
+state grows with what changed, and after a SIGKILL inside a tool ``repair`` answers the call in
+LangGraph's shape so the next run neither sends an orphan call nor runs the tool again."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import sqlite3
+from pathlib import Path
+from typing import Any, TypedDict
+
+import pytest
+
+pytest.importorskip(
+    "langgraph.checkpoint.conformance", reason="the langgraph extra (and its conformance suite) is not installed"
+)
+
+from click.testing import CliRunner
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
+from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from pydantic import Field
+
+import journal
+from journal.adapters.langgraph import CHECKPOINT, WRITE, JournalSaver, repair, session_id_for
+from journal.cli import main
+from journal.testing import Ledger
+
+from .conftest import python_child, run_child
+
+THREAD = {"configurable": {"thread_id": "t1"}}
+
+
+# -- an offline agent: a scripted model and a paying tool --------------------------------------------
+
+
+class ScriptedModel(BaseChatModel):
+    """A chat model without a network: to a user message it answers with two ``pay`` calls, to
+    tool results with a final answer quoting them. It records every input it was given."""
+
+    inputs: list[list[BaseMessage]] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
+        self.inputs.append(list(messages))
+        last = messages[-1]
+        if last.type == "human":
+            n = len(messages)
+            calls = [
+                {"id": f"call-{n}-a", "name": "pay", "args": {"cents": 4200}},
+                {"id": f"call-{n}-b", "name": "pay", "args": {"cents": 100}},
+            ]
+            answer = AIMessage(content="", tool_calls=calls)
+        else:
+            answer = AIMessage(content="done: " + " | ".join(str(m.content)[:20] for m in messages if m.type == "tool"))
+        return ChatResult(generations=[ChatGeneration(message=answer)])
+
+
+def build_agent(saver: JournalSaver, ledger_path: str, *, kill: bool = False) -> tuple[Any, ScriptedModel]:
+    """An agent -> tools loop over ``MessagesState`` (LangGraph's prebuilt ``ToolNode``). The
+    tool records its side effect in the ledger; with ``kill`` its process then dies at once."""
+    ledger = Ledger(ledger_path)
+    model = ScriptedModel()
+
+    @tool
+    def pay(cents: int) -> str:
+        """Pay an amount, in cents."""
+        ledger.record(cents=cents, pid=os.getpid())
+        if kill:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return f"paid {cents}"
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", ToolNode([pay]))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=saver), model
+
+
+def typed(j: journal.Journal, session_id: str) -> list[str]:
+    return [e.type for e in j.events(session_id) if not e.type.startswith("x.")]
+
+
+# -- LangGraph's conformance suite --------------------------------------------------------------------
+
+
+def test_the_langgraph_conformance_suite_reports_full(tmp_path: Path) -> None:
+    files = iter(range(1000))
+
+    @checkpointer_test(name="JournalSaver")
+    async def fresh_saver() -> Any:
+        saver = JournalSaver(tmp_path / f"conformance-{next(files)}.db")
+        yield saver
+        saver.close()
+
+    report = asyncio.run(validate(fresh_saver))
+    summary = {name: (r.detected, r.passed, r.tests_passed, r.tests_failed) for name, r in report.results.items()}
+    failures = [f for r in report.results.values() for f in r.failures]
+    assert report.conformance_level() == "FULL", (summary, failures)
+    assert len(report.results) == 8 and all(r.detected and r.passed for r in report.results.values()), summary
+    assert sum(r.tests_passed for r in report.results.values()) >= 80
+
+
+# -- a real graph ---------------------------------------------------------------------------------------
+
+
+def test_a_graph_run_round_trips_and_the_journal_shows_its_turn_dispatches_and_results(tmp_path: Path) -> None:
+    path, ledger = tmp_path / "j.db", tmp_path / "ledger"
+    with JournalSaver(path) as saver:
+        graph, _ = build_agent(saver, str(ledger))
+        out = graph.invoke({"messages": [HumanMessage("pay the bill")]}, THREAD, durability="sync")
+    assert [m.type for m in out["messages"]] == ["human", "ai", "tool", "tool", "ai"]
+    assert out["messages"][-1].content == "done: paid 4200 | paid 100"
+    assert Ledger(ledger).count() == 2
+
+    with JournalSaver(path) as saver:  # a fresh connection reads back what LangGraph stored
+        graph, _ = build_agent(saver, str(ledger))
+        snapshot = graph.get_state(THREAD)
+        assert snapshot.values["messages"] == out["messages"]
+        assert snapshot.next == ()
+        history = list(graph.get_state_history(THREAD))
+        assert len(history) == 5 and history[0].config == snapshot.config
+        j = saver.journal
+        assert typed(j, "t1") == [
+            "user_message",
+            "turn_start", "assistant_message", "tool_call", "tool_call",
+            "tool_result", "tool_result",
+            "assistant_message", "turn_end",
+        ]  # fmt: skip
+        ask = next(e for e in j.events("t1") if e.type == "assistant_message")
+        assert ask.data["tool_calls"] == [
+            {"id": "call-1-a", "name": "pay", "arguments": {"cents": 4200}},
+            {"id": "call-1-b", "name": "pay", "arguments": {"cents": 100}},
+        ]
+        end = next(e for e in j.events("t1") if e.type == "turn_end")
+        assert end.data == {"turn": 1, "steps": 2, "reason": "complete"}
+        assert j.scan().clean and j.check() == []
+        assert [(m.role, m.content) for m in j.messages("t1", provider=True)] == [
+            ("user", "pay the bill"), ("assistant", ""), ("tool", "paid 4200"), ("tool", "paid 100"),
+            ("assistant", "done: paid 4200 | paid 100"),
+        ]  # fmt: skip
+    shown = CliRunner().invoke(main, ["show", "t1", "--db", str(path)])
+    assert shown.exit_code == 0 and "dispatch" in shown.output and "turn 1 ended: complete" in shown.output
+
+
+def test_a_second_run_on_the_thread_opens_a_second_turn_and_a_retried_put_writes_nothing(tmp_path: Path) -> None:
+    with JournalSaver(tmp_path / "j.db") as saver:
+        graph, _ = build_agent(saver, str(tmp_path / "ledger"))
+        graph.invoke({"messages": [HumanMessage("first")]}, THREAD, durability="sync")
+        graph.invoke({"messages": [HumanMessage("second")]}, THREAD, durability="sync")
+        j = saver.journal
+        starts = [e.data for e in j.events("t1") if e.type == "turn_start"]
+        assert starts == [{"turn": 1}, {"turn": 2}]
+        count = j.count("t1")
+        latest = saver.get_tuple(THREAD)
+        assert latest is not None
+        parent = latest.parent_config or THREAD
+        saver.put(parent, latest.checkpoint, latest.metadata, latest.checkpoint["channel_versions"])
+        assert j.count("t1") == count  # every event of a put is keyed: a retry adds nothing
+        assert j.scan().clean
+
+
+def test_a_typed_event_the_log_refuses_never_fails_langgraphs_put(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with JournalSaver(tmp_path / "j.db") as saver:
+        j = saver.journal
+        j.create_session("t1")
+        j.append("t1", "turn_start", {"turn": 7})  # someone else dispatched call-1-a, without our keys
+        j.append("t1", "tool_call", {"id": "call-1-a", "name": "pay"})
+        graph, _ = build_agent(saver, str(tmp_path / "ledger"))
+        out = graph.invoke({"messages": [HumanMessage("pay")]}, THREAD, durability="sync")
+        assert graph.get_state(THREAD).values["messages"] == out["messages"]
+        ours = [e for e in j.events("t1") if e.key is not None and e.key.startswith("lg.d")]
+        assert ours == []  # that checkpoint was stored without its typed events
+        assert "were not written" in caplog.text
+        assert j.check() == []
+
+
+def test_the_async_graph_runs_through_the_async_methods(tmp_path: Path) -> None:
+    async def run() -> list[Any]:
+        with JournalSaver(tmp_path / "j.db") as saver:
+            graph, _ = build_agent(saver, str(tmp_path / "ledger"))
+            out = await graph.ainvoke({"messages": [HumanMessage("pay")]}, THREAD, durability="sync")
+            assert (await graph.aget_state(THREAD)).values["messages"] == out["messages"]
+            return typed(saver.journal, "t1")
+
+    assert asyncio.run(run())[-1] == "turn_end"
+
+
+def test_any_thread_id_maps_to_a_session_that_keeps_it(tmp_path: Path) -> None:
+    odd = "thread with spaces/é"
+    config = {"configurable": {"thread_id": odd}}
+    with JournalSaver(tmp_path / "j.db") as saver:
+        graph, _ = build_agent(saver, str(tmp_path / "ledger"))
+        graph.invoke({"messages": [HumanMessage("hi")]}, config, durability="sync")
+        session = saver.journal.session(session_id_for(odd))
+        assert session.id.startswith("lg~") and session.meta == {"adapter": "langgraph", "thread_id": odd}
+        assert session_id_for("t1") == "t1" and session_id_for("lg~x") != "lg~x"
+        listed = list(saver.list(None))
+        assert {t.config["configurable"]["thread_id"] for t in listed} == {odd}
+        assert graph.get_state(config).values["messages"][-1].content.startswith("done")
+
+
+# -- what the state table holds -------------------------------------------------------------------------
+
+
+class Counter(TypedDict):
+    big: str
+    count: int
+
+
+def state_bytes(path: Path, session_id: str) -> dict[str, int]:
+    """Bytes of the keyed state by channel, read through a separate read-only connection."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = db.execute("SELECT key, length(value) FROM state WHERE session_id = ?", (session_id,)).fetchall()
+    finally:
+        db.close()
+    out: dict[str, int] = {}
+    for key, size in rows:
+        channel = key.split(",")[1].strip('"') if key.startswith("lg.v:") else key
+        out[channel] = out.get(channel, 0) + size
+    return out
+
+
+def test_state_grows_with_the_changed_channel_only_over_200_steps(tmp_path: Path) -> None:
+    path, big = tmp_path / "j.db", "x" * 100_000
+
+    def step(state: Counter) -> dict[str, Any]:
+        return {"count": state["count"] + 1}
+
+    builder = StateGraph(Counter)
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    builder.add_conditional_edges("step", lambda s: END if s["count"] >= 200 else "step")
+    with JournalSaver(path, durability="normal") as saver:
+        graph = builder.compile(checkpointer=saver)
+        out = graph.invoke({"big": big, "count": 0}, {**THREAD, "recursion_limit": 500}, durability="sync")
+        assert out == {"big": big, "count": 200}
+        assert len(list(saver.list(THREAD))) == 202
+        by_channel = state_bytes(path, "t1")
+    total = sum(by_channel.values())
+    # The 100 kB value is stored twice, once each: in the input (LangGraph's __start__ channel,
+    # written at the input checkpoint) and in its channel, never copied by a later step.
+    assert 100_000 <= by_channel["big"] < 100_100 and 100_000 <= by_channel["__start__"] < 100_100
+    # What the 200 steps changed (the counter, LangGraph's branch channel) is a few bytes each; a
+    # full copy of every channel per step would be 200 x 100 kB = 20 MB.
+    per_step = total - by_channel["big"] - by_channel["__start__"]
+    assert per_step < 200 * 100, by_channel
+    print(f"\nstate after 200 steps: {total} bytes, of which {per_step} written by the steps ({by_channel})")
+
+
+# -- a crash inside a tool --------------------------------------------------------------------------------
+
+CRASHING_RUN = """
+import sys
+from langchain_core.messages import HumanMessage
+from journal.adapters.langgraph import JournalSaver
+from tests.test_adapter_langgraph import THREAD, build_agent
+
+saver = JournalSaver(sys.argv[1])
+graph, _ = build_agent(saver, sys.argv[2], kill=True)
+graph.invoke({"messages": [HumanMessage("pay the bill")]}, THREAD, durability="sync")
+print("the tool did not kill its process")
+"""
+
+
+def test_g6_g9_after_a_kill_inside_a_tool_repair_answers_the_call_and_the_next_run_neither_orphans_nor_reruns_it(
+    tmp_path: Path,
+) -> None:
+    path, ledger = tmp_path / "j.db", Ledger(tmp_path / "ledger")
+    done = run_child(CRASHING_RUN, str(path), str(ledger.path))
+    assert done.returncode == -signal.SIGKILL, (done.stdout, done.stderr)
+    paid = [e["cents"] for e in ledger.entries()]
+    assert paid and len(paid) == len(set(paid))  # the side effect happened, each at most once
+
+    calls = {"call-1-a", "call-1-b"}
+    for suffix in ("", "-wal"):  # the same crash, to be left unrepaired
+        if Path(f"{path}{suffix}").exists():
+            shutil.copy(f"{path}{suffix}", tmp_path / f"control.db{suffix}")
+    with JournalSaver(path) as saver:
+        j = saver.journal
+        report = j.scan()
+        assert {c.call_id for c in report.pending_calls} == calls  # dispatched before the tool ran
+        assert [t.session_id for t in report.open_turns] == ["t1"]
+
+        saver.copy_thread("t1", "copy")  # a thread with an open turn is copied before that turn
+        assert j.turn_state("copy") is None
+        copied = saver.get_tuple({"configurable": {"thread_id": "copy", "checkpoint_ns": ""}})
+        assert copied is not None and copied.checkpoint["id"] == saver.get_tuple(THREAD).checkpoint["id"]
+
+        graph, model = build_agent(saver, str(ledger.path))  # this process's tool would not die
+        repaired = repair(graph, THREAD)
+        assert {m.tool_call_id for m in repaired.tool_messages} == calls
+        assert all("MAY have run" in m.content and m.status == "error" for m in repaired.tool_messages)
+        assert j.scan().clean
+        assert repair(graph, THREAD).tool_messages == ()  # idempotent: nothing is owed any more
+        assert graph.get_state(THREAD).next == ("agent",)  # the tool node is done, not pending
+
+        out = graph.invoke(None, THREAD, durability="sync")
+        assert out["messages"][-1].content.startswith("done: The call")
+        (seen,) = model.inputs  # the model ran once, and was sent a result for every call
+        asked = {c["id"] for m in seen if m.type == "ai" for c in m.tool_calls}
+        assert asked == calls and {m.tool_call_id for m in seen if m.type == "tool"} == calls
+        events = j.events("t1")
+        results = [e for e in events if e.type == "tool_result"]
+        assert sorted(e.data["tool_call_id"] for e in results) == sorted(calls)  # G5: one each
+        assert not [e for e in events if e.type == "tool_result_late"]  # repair's message is recovery's result
+        assert all(e.data["metadata"]["risk"] == "tool_outcome_unknown" for e in results)
+        assert j.scan().clean and j.check() == [] and j.integrity_check() == ["ok"]
+    assert [e["cents"] for e in ledger.entries()] == paid  # G9: not run again
+
+    # The control: without repair, LangGraph resumes at the tool node and pays again.
+    control = Ledger(tmp_path / "control-ledger")
+    with JournalSaver(tmp_path / "control.db") as saver:
+        graph, _ = build_agent(saver, str(control.path))
+        graph.invoke(None, THREAD, durability="sync")
+    assert sorted(e["cents"] for e in control.entries()) == [100, 4200]
+
+
+# -- two processes writing the same task ------------------------------------------------------------------
+
+RACER = """
+import sys
+from langgraph.checkpoint.base import empty_checkpoint
+from journal.adapters.langgraph import JournalSaver
+
+with JournalSaver(sys.argv[1]) as saver:
+    config = {"configurable": {"thread_id": "race", "checkpoint_ns": "", "checkpoint_id": sys.argv[2]}}
+    writes = [("messages", {"n": i}) for i in range(5)]
+    for _ in range(20):
+        saver.put_writes(config, writes, "task-1", "path")
+        saver.put_writes(config, [("other", "b")], "task-2")
+print("done")
+"""
+
+
+def test_g2_two_processes_putting_the_same_task_writes_store_each_write_once(tmp_path: Path) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    path = tmp_path / "j.db"
+    with JournalSaver(path) as saver:
+        checkpoint = empty_checkpoint()
+        stored = saver.put({"configurable": {"thread_id": "race", "checkpoint_ns": ""}}, checkpoint, {"step": 0}, {})
+    racers = [python_child(RACER, str(path), checkpoint["id"]) for _ in range(2)]
+    for racer in racers:
+        out, err = racer.communicate(timeout=120)
+        assert racer.returncode == 0 and "done" in out, err
+    with JournalSaver(path) as saver:
+        writes = saver.journal.events("race", types=[WRITE])
+        assert sorted((e.data["task_id"], e.data["idx"]) for e in writes) == [("task-1", i) for i in range(5)] + [
+            ("task-2", 0)
+        ]
+        pending = saver.get_tuple(stored).pending_writes
+        # in LangGraph's order (task path, task id, index): task-2 has no path
+        assert pending == [("task-2", "other", "b")] + [("task-1", "messages", {"n": i}) for i in range(5)]
+        assert len(saver.journal.events("race", types=[CHECKPOINT])) == 1
+
+
+def test_importing_the_adapter_without_langgraph_names_the_extra() -> None:
+    done = run_child(
+        """
+        import sys
+        sys.modules["langgraph.checkpoint.base"] = None   # as if the extra were not installed
+        try:
+            import journal.adapters.langgraph
+        except ImportError as exc:
+            print(exc)
+        """
+    )
+    assert "agent-journal[langgraph]" in done.stdout, done.stderr
