@@ -1,0 +1,795 @@
+"""openai-agents on the journal (``journal.adapters.openai_agents``, DESIGN §14).
+
+- a contract module: the behaviour of openai-agents' own ``SQLiteSession`` tests, run against both
+  ``agents.SQLiteSession`` and ``JournalSession``, so the two behave alike;
+- what the journal adds: items verbatim plus typed events, pops and clears that delete nothing,
+  the hooks' turn and dispatch barrier (G6) in a real ``Runner.run`` with an offline model;
+- crash safety: a child process killed right after a tool's side effect, then ``scan``,
+  ``repair`` in the framework's shape and a second run that does not pay twice.
+
+Each test runs its own event loop (``asyncio.run``); the model is scripted, never a network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents import Agent, Runner, SQLiteSession, function_tool, set_tracing_disabled
+from agents.items import ModelResponse
+from agents.memory import SessionSettings
+from agents.models.interface import Model
+from agents.testing.model import assistant_message, function_call
+from agents.usage import Usage
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import journal
+from journal.adapters.openai_agents import (
+    CLEAR,
+    ITEM,
+    POP,
+    JournalSession,
+    journal_run,
+    journal_session_id,
+    repair,
+)
+from journal.testing import Ledger
+
+from .conftest import python_child, run_child
+
+set_tracing_disabled(True)  # offline: nothing to export
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+# -- an offline model --------------------------------------------------------------------------------
+
+
+class ScriptedModel(Model):
+    """A ``Model`` that answers from a script: ``respond(input_items)`` returns the output items
+    of each call (or a list of canned outputs, one per call). It keeps every input it was given."""
+
+    def __init__(self, respond: Callable[[list[Any]], list[Any]] | list[list[Any]]) -> None:
+        self._respond = respond
+        self.inputs: list[list[Any]] = []
+
+    async def get_response(
+        self, system_instructions, input, model_settings, tools, output_schema, handoffs, tracing, **_: Any
+    ):
+        items = [{"role": "user", "content": input}] if isinstance(input, str) else [dict(i) for i in input]
+        self.inputs.append(items)
+        output = self._respond(items) if callable(self._respond) else self._respond.pop(0)
+        return ModelResponse(output=output, usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any):
+        raise NotImplementedError("the scripted model does not stream")
+
+
+def cashier(items: list[Any]) -> list[Any]:
+    """A model that pays once: it calls ``pay`` unless the conversation shows a ``pay`` call with
+    its output. Shown a call without output (what a provider refuses with a 400) it calls pay
+    again, so a missing repair shows up in the ledger."""
+    calls = [i for i in items if i.get("type") == "function_call" and i.get("name") == "pay"]
+    outputs = {i["call_id"]: i["output"] for i in items if i.get("type") == "function_call_output"}
+    unanswered = [c for c in calls if c["call_id"] not in outputs]
+    if unanswered or not calls:
+        return [function_call("pay", {"cents": 4200}, call_id=f"pay-{len(calls) + 1}")]
+    return [assistant_message(f"Not paying again. Last time: {outputs[calls[-1]['call_id']]}")]
+
+
+def orphans(items: list[Any]) -> list[str]:
+    """The ids of function calls without an output in a model input."""
+    answered = {i.get("call_id") for i in items if i.get("type") == "function_call_output"}
+    return [i["call_id"] for i in items if i.get("type") == "function_call" and i["call_id"] not in answered]
+
+
+def make_agent(model: Model, ledger_path: str | Path, *, kill_in_tool: bool = False) -> Agent[Any]:
+    """An agent with one tool, ``pay``, whose side effect is a line in the ledger (fsynced)."""
+    ledger = Ledger(ledger_path)
+
+    @function_tool
+    def pay(cents: int) -> str:
+        """Pay an amount in cents."""
+        ledger.record(call="pay", cents=cents)
+        if kill_in_tool:
+            os.kill(os.getpid(), signal.SIGKILL)  # right after the side effect
+        return f"paid {cents} cents"
+
+    return Agent(name="cashier", instructions="Pay the invoice once.", model=model, tools=[pay])
+
+
+ROUND_TRIP: list[dict[str, Any]] = [
+    {"role": "user", "content": "Hello"},
+    {"role": "user", "content": [{"type": "input_text", "text": "こんにちは 😊"}]},
+    {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "think"}]},
+    {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [
+            {"type": "output_text", "text": "Robert'); DROP TABLE students;--", "annotations": [], "logprobs": []}
+        ],
+    },
+    {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "lookup", "arguments": '{"q": "O\'Reilly"}'},
+    {"type": "function_call", "id": "fc_2", "call_id": "call_2", "name": "lookup", "arguments": "not json"},
+    {"type": "function_call_output", "call_id": "call_1", "output": "found"},
+    {"type": "function_call_output", "call_id": "call_2", "output": [{"type": "input_text", "text": "structured"}]},
+    {"role": "assistant", "content": '"SELECT * FROM users WHERE name = "admin";"'},
+    {"role": "system", "content": "be brief", "nested": {"deep": [1, 2.5, None, True, {"x": ""}]}},
+]
+
+
+# -- the contract: SQLiteSession and JournalSession behave alike ------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "journal"])
+def make(request: pytest.FixtureRequest, tmp_path: Path):
+    """A session factory for one implementation; every session made shares one file."""
+    made: list[Any] = []
+
+    def factory(session_id: str, **kwargs: Any) -> Any:
+        if request.param == "sqlite":
+            session = SQLiteSession(session_id, tmp_path / "sqlite.db", **kwargs)
+        else:
+            session = JournalSession(session_id, tmp_path / "journal.db", **kwargs)
+        made.append(session)
+        return session
+
+    yield factory
+    for session in made:
+        session.close()
+
+
+def contents(items: list[Any]) -> list[Any]:
+    return [i.get("content") for i in items]
+
+
+def test_contract_items_come_back_deep_equal_in_order_with_their_ids_and_shapes(make) -> None:
+    session = make("round-trip")
+
+    async def go() -> None:
+        await session.add_items(ROUND_TRIP[:3])
+        await session.add_items(ROUND_TRIP[3:])
+        assert await session.get_items() == ROUND_TRIP
+
+    run(go())
+
+
+ODD: list[dict[str, Any]] = [
+    {"type": "function_call", "name": "no_id", "arguments": "{}"},
+    {"type": "function_call", "call_id": "dup", "name": "t", "arguments": "{}"},
+    {"type": "function_call", "call_id": "dup", "name": "t", "arguments": "{}"},
+    {"type": "function_call_output", "call_id": "dup", "output": None},
+    {"role": "user", "content": None},
+    {"type": "computer_call", "call_id": "cc", "action": {"type": "click", "x": 1, "y": 2}},
+    {"type": "item_reference", "id": "ref_1"},
+]
+
+
+def test_contract_items_of_odd_or_unknown_shapes_are_kept_as_they_are(make) -> None:
+    session = make("odd")
+
+    async def go() -> None:
+        await session.add_items(ODD)
+        assert await session.get_items() == ODD
+        assert await session.pop_item() == ODD[-1]
+
+    run(go())
+
+
+def test_contract_a_limit_gives_the_latest_items_in_order(make) -> None:
+    session = make("limit")
+    items = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"Message {i}"} for i in range(6)]
+
+    async def go() -> None:
+        await session.add_items(items)
+        assert await session.get_items() == items
+        assert await session.get_items(limit=2) == items[-2:]
+        assert await session.get_items(limit=4) == items[-4:]
+        assert await session.get_items(limit=10) == items
+        assert await session.get_items(limit=0) == []
+        assert await session.get_items(limit=-1) == items  # SQLite's LIMIT -1: no limit
+
+    run(go())
+
+
+def test_contract_session_settings_limit_is_the_default_and_an_explicit_limit_wins(make) -> None:
+    session = make("settings", session_settings=SessionSettings(limit=3))
+    items = [{"role": "user", "content": f"Message {i}"} for i in range(10)]
+
+    async def go() -> None:
+        assert session.session_settings.limit == 3
+        await session.add_items(items)
+        assert await session.get_items() == items[-3:]
+        assert await session.get_items(limit=2) == items[-2:]
+
+    run(go())
+    assert make("defaults").session_settings == SessionSettings()
+
+
+def test_contract_pop_item_takes_items_back_newest_first_until_empty(make) -> None:
+    session = make("pop")
+    items = [
+        {"role": "user", "content": "Hello"},
+        {"role": "assistant", "content": "Hi there!"},
+        {"role": "user", "content": "How are you?"},
+    ]
+
+    async def go() -> None:
+        assert await session.pop_item() is None
+        await session.add_items(items)
+        assert await session.pop_item() == items[2]
+        assert await session.get_items() == items[:2]
+        assert await session.pop_item() == items[1]
+        await session.add_items([{"role": "user", "content": "again"}])
+        assert contents(await session.get_items()) == ["Hello", "again"]
+        assert await session.pop_item() == {"role": "user", "content": "again"}
+        assert await session.pop_item() == items[0]
+        assert await session.pop_item() is None
+        assert await session.get_items() == []
+
+    run(go())
+
+
+def test_contract_clear_session_empties_it_and_it_takes_new_items(make) -> None:
+    session = make("clear")
+
+    async def go() -> None:
+        await session.add_items([{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi"}])
+        await session.clear_session()
+        assert await session.get_items() == []
+        assert await session.get_items(limit=1) == []
+        assert await session.pop_item() is None
+        await session.add_items([{"role": "user", "content": "after"}])
+        assert contents(await session.get_items()) == ["after"]
+        await session.clear_session()
+        await session.clear_session()
+        assert await session.get_items() == []
+
+    run(go())
+
+
+def test_contract_sessions_sharing_a_file_are_isolated(make) -> None:
+    one, two = make("session_1"), make("session_2")
+
+    async def go() -> None:
+        await one.add_items([{"role": "user", "content": "Session 1 message"}])
+        await two.add_items(
+            [{"role": "user", "content": "Session 2 message 1"}, {"role": "user", "content": "Session 2 message 2"}]
+        )
+        assert (await two.pop_item())["content"] == "Session 2 message 2"
+        assert contents(await one.get_items()) == ["Session 1 message"]
+        assert contents(await two.get_items()) == ["Session 2 message 1"]
+        await one.clear_session()
+        assert contents(await two.get_items()) == ["Session 2 message 1"]
+        assert await one.get_items() == []
+
+    run(go())
+
+
+def test_contract_an_empty_session_reads_empty_and_pops_nothing(make) -> None:
+    session = make("empty")
+
+    async def go() -> None:
+        assert await session.get_items() == []
+        assert await session.get_items(limit=3) == []
+        assert await session.pop_item() is None
+        await session.clear_session()
+        await session.add_items([])
+        assert await session.get_items() == []
+
+    run(go())
+
+
+def test_contract_many_add_items_keep_their_order(make) -> None:
+    session = make("order")
+
+    async def go() -> None:
+        for i in range(30):
+            await session.add_items([{"role": "user", "content": f"m{i}-{k}"} for k in range(i % 3 + 1)])
+        expected = [f"m{i}-{k}" for i in range(30) for k in range(i % 3 + 1)]
+        assert contents(await session.get_items()) == expected
+        assert contents(await session.get_items(limit=5)) == expected[-5:]
+
+    run(go())
+
+
+def test_contract_concurrent_adds_from_threads_lose_nothing(make) -> None:
+    session = make("threads")
+    items = [{"role": "user", "content": f"Message {i}"} for i in range(10)]
+
+    def add(item: dict[str, Any]) -> None:
+        asyncio.run(session.add_items([item]))
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=5) as pool:
+        list(pool.map(add, items))
+    got = run(session.get_items())
+    assert sorted(contents(got)) == sorted(contents(items))
+
+
+def test_contract_two_concurrent_add_items_of_the_same_items_keep_each_batch_whole(make) -> None:
+    first, second = make("race"), make("race")  # two handles on one session
+    batch = [{"role": "user", "content": f"part {k}"} for k in range(20)] + [ROUND_TRIP[4], ROUND_TRIP[6]]
+
+    async def go() -> None:
+        await asyncio.gather(first.add_items(batch), second.add_items(batch), first.add_items(batch))
+        assert await first.get_items() == batch * 3
+        assert await second.get_items(limit=len(batch)) == batch
+
+    run(go())
+
+
+def test_contract_the_runner_sends_the_sessions_history_to_the_model(make) -> None:
+    session = make("runner")
+    model = ScriptedModel([[assistant_message("San Francisco")], [assistant_message("California")]])
+    agent = Agent(name="test", model=model)
+
+    async def go() -> None:
+        first = await Runner.run(agent, "What city is the Golden Gate Bridge in?", session=session)
+        second = await Runner.run(agent, "What state is it in?", session=session)
+        assert (first.final_output, second.final_output) == ("San Francisco", "California")
+        history = await session.get_items()
+        assert model.inputs[1] == history[:-1]  # everything saved before the second answer
+        assert contents(history)[0] == "What city is the Golden Gate Bridge in?"
+
+    run(go())
+
+
+@pytest.fixture(scope="module")
+def twin_paths(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    base = tmp_path_factory.mktemp("twins")
+    return base / "sqlite.db", base / "journal.db"
+
+
+_OP = st.one_of(
+    st.tuples(st.just("add"), st.integers(0, 4)),
+    st.tuples(st.just("pop"), st.just(0)),
+    st.tuples(st.just("clear"), st.just(0)),
+    st.tuples(st.just("get"), st.one_of(st.none(), st.integers(-1, 6))),
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(_OP, max_size=25))
+def test_contract_any_sequence_of_adds_pops_clears_and_reads_answers_as_sqlite_does(twin_paths, ops) -> None:
+    session_id = uuid.uuid4().hex
+    reference, ours = SQLiteSession(session_id, twin_paths[0]), JournalSession(session_id, twin_paths[1])
+
+    async def go() -> None:
+        for n, (op, arg) in enumerate(ops):
+            both = (reference, ours)
+            if op == "add":
+                items = [{"role": "user", "content": f"{n}.{k}", "id": f"i{n}{k}"} for k in range(arg)]
+                for session in both:
+                    await session.add_items(items)
+            elif op == "pop":
+                assert await ours.pop_item() == await reference.pop_item()
+            elif op == "clear":
+                for session in both:
+                    await session.clear_session()
+            else:
+                assert await ours.get_items(limit=arg) == await reference.get_items(limit=arg)
+        assert await ours.get_items() == await reference.get_items()
+
+    try:
+        run(go())
+    finally:
+        reference.close()
+        ours.close()
+
+
+# -- what the journal adds ------------------------------------------------------------------------------
+
+
+def test_items_are_stored_verbatim_and_their_typed_events_derived_in_the_same_batch(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    session = JournalSession("s", path)
+    run(session.add_items(ROUND_TRIP))
+    session.close()
+    with journal.open(path, readonly=True) as j:
+        events = j.events("s")
+        assert [e.data["item"] for e in events if e.type == ITEM] == ROUND_TRIP
+        typed = [(e.type, e.data.get("content"), e.key) for e in events if e.type != ITEM]
+        assert typed == [
+            ("user_message", "Hello", None),
+            ("user_message", "こんにちは 😊", None),
+            ("assistant_message", "Robert'); DROP TABLE students;--", "oa-calls:call_1"),
+            ("tool_result", "found", None),
+            ("tool_result", [{"type": "input_text", "text": "structured"}], None),
+            ("assistant_message", '"SELECT * FROM users WHERE name = "admin";"', None),
+            ("system_message", "be brief", None),
+        ]
+        request = next(e for e in events if e.type == "assistant_message").data
+        assert request["tool_calls"] == [
+            {"id": "call_1", "name": "lookup", "arguments": {"q": "O'Reilly"}},
+            {"id": "call_2", "name": "lookup", "arguments": "not json"},
+        ]
+        view = j.provider_view("s")
+        assert view.missing == () and [m.role for m in view.messages] == [
+            "user",
+            "user",
+            "assistant",
+            "tool",
+            "tool",
+            "assistant",
+            "system",
+        ]
+        assert j.session("s").meta == {"framework": "openai-agents", "session_id": "s"}
+        assert j.check() == []
+
+
+def test_pop_item_deletes_nothing_and_retracts_the_message_it_took_back(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    session = JournalSession("s", path)
+
+    async def go() -> None:
+        await session.add_items([{"role": "user", "content": "keep"}, {"role": "user", "content": "take back"}])
+        assert (await session.pop_item())["content"] == "take back"
+
+    run(go())
+    session.close()
+    with journal.open(path, readonly=True) as j:
+        assert [e.type for e in j.events("s")] == [ITEM, "user_message", ITEM, "user_message", POP, "retract"]
+        assert [m.content for m in j.messages("s")] == ["keep"]
+
+
+def test_clear_session_is_a_marker_and_purge_erases(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    session = JournalSession("s", path)
+    run(session.add_items([{"role": "user", "content": "secret"}]))
+    run(session.clear_session())
+    with journal.open(path, readonly=True) as j:
+        assert [e.type for e in j.events("s")] == [ITEM, "user_message", CLEAR]  # nothing deleted
+    assert run(session.get_items()) == []
+    run(session.purge())
+    with journal.open(path, readonly=True) as j, pytest.raises(journal.SessionNotFound):
+        j.events("s")
+    run(session.add_items([{"role": "user", "content": "new"}]))  # a purged session starts over
+    assert contents(run(session.get_items())) == ["new"]
+    session.close()
+
+
+def test_get_items_with_a_limit_reads_the_newest_markers_not_the_whole_session(tmp_path: Path) -> None:
+    session = JournalSession("long", tmp_path / "j.db", durability="normal")
+    items = [{"role": "user", "content": f"m{i}"} for i in range(4000)]
+
+    async def go() -> tuple[float, float]:
+        await session.add_items(items)
+        for _ in range(3):
+            await session.pop_item()
+        started = time.perf_counter()
+        every = await session.get_items()
+        whole = time.perf_counter() - started
+        started = time.perf_counter()
+        for _ in range(10):
+            last = await session.get_items(limit=3)
+        tail = (time.perf_counter() - started) / 10
+        assert every == items[:-3] and last == items[-6:-3]
+        return whole, tail
+
+    whole, tail = run(go())
+    session.close()
+    assert tail * 10 < whole, (whole, tail)
+
+
+def test_framework_ids_the_journal_refuses_are_mapped_and_kept_in_the_meta(tmp_path: Path) -> None:
+    weird = ["user 42", "ユーザー", "x" * 300, "tab\there"]
+    ids = [journal_session_id(w) for w in weird]
+    assert len(set(ids)) == len(ids) and all(i.startswith("openai-agents-") for i in ids)
+    assert journal_session_id("user-42") == "user-42"
+    with pytest.raises(journal.InvalidArgument):
+        journal_session_id(42)  # type: ignore[arg-type]
+    path = tmp_path / "j.db"
+    for name in weird:
+        session = JournalSession(name, path)
+        run(session.add_items([{"role": "user", "content": name}]))
+        assert contents(run(session.get_items())) == [name]
+        session.close()
+    with journal.open(path, readonly=True) as j:
+        assert sorted(s.meta["session_id"] for s in j.sessions(meta={"framework": "openai-agents"})) == sorted(weird)
+
+
+def test_an_open_journal_or_async_journal_can_be_given_and_is_left_open(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    with journal.open(path) as j:
+        session = JournalSession("sync", j)
+        run(session.add_items([{"role": "user", "content": "a"}]))
+        session.close()
+        assert j.count("sync") == 2  # still open: the caller closes it
+
+    async def with_async() -> None:
+        async with journal.aio.open(path) as aj:
+            session = JournalSession("async", aj)
+            model = ScriptedModel([[function_call("pay", {"cents": 1}, call_id="c-1")], [assistant_message("ok")]])
+            await journal_run(make_agent(model, tmp_path / "ledger"), "pay", session=session)
+            assert contents(await session.get_items(limit=1))[0][0]["text"] == "ok"
+            assert (await aj.scan()).clean
+
+    run(with_async())
+    with journal.open(path, readonly=True) as j:
+        assert "tool_call" in [e.type for e in j.events("async")]
+
+
+def test_a_run_records_its_turn_answer_dispatch_before_the_tool_result_and_end(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    seen_inside: list[list[str]] = []
+
+    @function_tool
+    def pay(cents: int) -> str:
+        """Pay."""
+        with journal.open(path, readonly=True) as fresh:  # another connection: what is durable
+            seen_inside.append([e.type for e in fresh.events("bot")])
+        return f"paid {cents}"
+
+    model = ScriptedModel(
+        [
+            [assistant_message("paying", item_id="m1"), function_call("pay", {"cents": 4200}, call_id="call-1")],
+            [assistant_message("done", item_id="m2")],
+        ]
+    )
+    session = JournalSession("bot", path)
+    hooks = session.run_hooks()  # the plug-in line with Runner.run itself
+    result = run(Runner.run(Agent(name="a", model=model, tools=[pay]), "pay the invoice", session=session, hooks=hooks))
+    assert result.final_output == "done"
+    session.close()
+    assert seen_inside and seen_inside[0][-3:] == ["step_start", "assistant_message", "tool_call"]  # G6
+    with journal.open(path, readonly=True) as j:
+        typed = [(e.type, e.data) for e in j.events("bot") if e.type != ITEM]
+        assert [t for t, _ in typed] == [
+            "user_message", "turn_start", "step_start", "assistant_message", "tool_call", "tool_result",
+            "step_end", "step_start", "assistant_message", "step_end", "turn_end",
+        ]  # fmt: skip
+        (request,) = [d for t, d in typed if t == "assistant_message" and d.get("tool_calls")]
+        assert request["tool_calls"] == [{"id": "call-1", "name": "pay", "arguments": {"cents": 4200}}]
+        assert dict(typed)["tool_call"]["id"] == "call-1"
+        assert dict(typed)["tool_result"] == {"tool_call_id": "call-1", "content": "paid 4200"}
+        assert dict(typed)["turn_end"]["reason"] == "complete"
+        assert j.scan().clean and j.check() == []
+        assert [m.content for m in j.messages("bot")] == ["pay the invoice", "paying", "paid 4200", "done"]
+
+
+def test_a_reused_call_id_is_refused_at_dispatch_and_the_tool_does_not_run_twice(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger")
+    session = JournalSession("s", tmp_path / "j.db")
+    model = ScriptedModel(
+        lambda items: (
+            [function_call("pay", {"cents": 1}, call_id="same")]
+            if items[-1].get("role") == "user"
+            else [assistant_message("ok")]
+        )
+    )
+    agent = make_agent(model, ledger.path)
+    run(journal_run(agent, "pay", session=session))
+    with pytest.raises(Exception, match="dispatched"):
+        run(journal_run(agent, "pay again", session=session))
+    assert ledger.count(call="pay") == 1
+    with journal.open(tmp_path / "j.db", readonly=True) as j:
+        assert j.scan().clean and j.check() == []
+    assert orphans(run(session.get_items())) == []
+    session.close()
+
+
+def test_a_run_that_raises_in_a_tool_is_closed_honestly_and_the_session_gets_no_orphan(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+
+    @function_tool(failure_error_function=None)
+    def explode() -> str:
+        """Fails after its side effect (maybe)."""
+        raise RuntimeError("boom")
+
+    model = ScriptedModel([[function_call("explode", {}, call_id="x-1")]])
+    session = JournalSession("s", path)
+    with pytest.raises(Exception, match="boom"):
+        run(journal_run(Agent(name="a", model=model, tools=[explode]), "go", session=session))
+    items = run(session.get_items())
+    assert orphans(items) == [] and [i.get("type") for i in items[1:]] == ["function_call", "function_call_output"]
+    assert "MAY have run" in items[-1]["output"]
+    with journal.open(path, readonly=True) as j:
+        assert j.scan().clean and j.check() == []
+        (result,) = [e for e in j.events("s") if e.type == "tool_result"]
+        assert result.data["metadata"]["risk"] == "tool_outcome_unknown"
+    session.close()
+
+
+def test_repair_leaves_a_call_awaiting_approval_alone(tmp_path: Path) -> None:
+    @function_tool(needs_approval=True)
+    def transfer(cents: int) -> str:
+        """Move money, with a human's approval."""
+        return "moved"
+
+    model = ScriptedModel([[function_call("transfer", {"cents": 5}, call_id="t-1")]])
+    session = JournalSession("s", tmp_path / "j.db")
+    result = run(journal_run(Agent(name="a", model=model, tools=[transfer]), "move it", session=session))
+    assert result.interruptions
+    done = run(repair(session))
+    assert (done.added, done.unanswered) == ((), ("t-1",))
+    assert orphans(run(session.get_items())) == ["t-1"]  # still the SDK's to resume
+    session.close()
+
+
+RACER = """
+import asyncio, sys
+from journal.adapters.openai_agents import JournalSession
+
+db, who, mode = sys.argv[1:4]
+session = JournalSession("shared", db)
+print("ready", flush=True)
+sys.stdin.readline()  # both start together
+
+
+async def go():
+    if mode == "add":
+        for _ in range(20):
+            await session.add_items([{"role": "user", "content": f"part {k}"} for k in range(8)])
+    else:
+        for _ in range(30):
+            print((await session.pop_item())["content"], flush=True)
+
+
+asyncio.run(go())
+session.close()
+"""
+
+
+def _race(path: Path, mode: str) -> list[str]:
+    """Run two racers that start at the same moment; their output lines."""
+    import subprocess
+
+    racers = [python_child(RACER, str(path), name, mode, stdin=subprocess.PIPE) for name in ("a", "b")]
+    for racer in racers:
+        assert racer.stdout is not None and racer.stdout.readline().strip() == "ready"
+    for racer in racers:
+        assert racer.stdin is not None
+        racer.stdin.write("go\n")
+        racer.stdin.flush()
+    outs = []
+    for racer in racers:
+        out, err = racer.communicate(timeout=120)
+        assert racer.returncode == 0, err
+        outs += out.splitlines()
+    return outs
+
+
+def test_two_processes_adding_the_same_items_keep_each_batch_whole_and_lose_nothing(tmp_path: Path) -> None:
+    _race(tmp_path / "j.db", "add")
+    session = JournalSession("shared", tmp_path / "j.db")
+    got = contents(run(session.get_items()))
+    session.close()
+    assert got == [f"part {k}" for k in range(8)] * 40
+
+
+def test_two_processes_popping_at_once_take_different_items(tmp_path: Path) -> None:
+    session = JournalSession("shared", tmp_path / "j.db")
+    items = [{"role": "user", "content": f"m{i:03}"} for i in range(100)]
+    run(session.add_items(items))
+    popped = _race(tmp_path / "j.db", "pop")
+    assert len(popped) == 60 and len(set(popped)) == 60  # none taken twice
+    assert run(session.get_items()) == items[:40]
+    session.close()
+
+
+HOLDER = """
+import sys, time, journal
+j = journal.open(sys.argv[1])
+j.create_session("busy")
+j.turn_start("busy")
+print("holding", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_session_another_live_process_is_running_is_refused_before_the_model_is_called(tmp_path: Path) -> None:
+    holder = python_child(HOLDER, str(tmp_path / "j.db"))
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        model = ScriptedModel([[assistant_message("never")]])
+        session = JournalSession("busy", tmp_path / "j.db")
+        with pytest.raises(journal.TurnHeld):
+            run(journal_run(Agent(name="a", model=model), "hi", session=session))
+        assert model.inputs == [] and run(repair(session)).live_owner is not None
+        session.close()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+# -- killed mid-run ---------------------------------------------------------------------------------------
+
+KILLED = """
+import asyncio, os, signal, sys
+from agents import set_tracing_disabled
+from journal.adapters.openai_agents import JournalRunHooks, JournalSession, journal_run
+from tests.test_adapter_openai_agents import ScriptedModel, cashier, make_agent
+
+db, ledger, point = sys.argv[1:4]
+set_tracing_disabled(True)
+
+
+class DieAfterTheResult(JournalRunHooks):
+    async def on_tool_end(self, context, agent, tool, result):
+        await super().on_tool_end(context, agent, tool, result)
+        os.kill(os.getpid(), signal.SIGKILL)  # the result is recorded, the runner never saved it
+
+
+session = JournalSession("bot-1", db)
+hooks = DieAfterTheResult(session) if point == "after_result" else session.run_hooks()
+agent = make_agent(ScriptedModel(cashier), ledger, kill_in_tool=point == "in_tool")
+asyncio.run(journal_run(agent, "Pay the 42 euro invoice.", session=session, hooks=hooks))
+print("not killed")
+"""
+
+
+@pytest.mark.parametrize("point", ["in_tool", "after_result"])
+def test_g9_killed_right_after_a_payment_the_repaired_session_never_pays_twice(tmp_path: Path, point: str) -> None:
+    db, ledger = tmp_path / "j.db", Ledger(tmp_path / "ledger.jsonl")
+    done = run_child(KILLED, str(db), str(ledger.path), point)
+    assert done.returncode == -signal.SIGKILL, done.stdout + done.stderr
+    assert ledger.count(call="pay") == 1
+
+    with journal.open(db) as j:
+        report = j.scan()
+        assert report.sessions == ["bot-1"]
+        pending = [(c.session_id, c.call_id) for c in report.pending_calls]
+        assert pending == ([("bot-1", "pay-1")] if point == "in_tool" else [])
+
+    session = JournalSession("bot-1", db)
+    assert run(session.get_items()) == [
+        {"content": "Pay the 42 euro invoice.", "role": "user"}
+    ]  # the runner saved no call
+    fixed = run(repair(session))
+    assert [i["type"] for i in fixed.added] == ["function_call", "function_call_output"]
+    assert fixed.added[0]["call_id"] == fixed.added[1]["call_id"] == "pay-1"
+    assert fixed.added[0]["arguments"] == '{"cents":4200}'  # the call as the model sent it
+    output = fixed.added[1]["output"]
+    if point == "in_tool":
+        assert "MAY have run" in output and "verify before retrying" in output
+        synthetic = [e for e in fixed.recovered if e.type == "tool_result"]
+        assert synthetic[0].data["metadata"]["risk"] == "tool_outcome_unknown"
+    else:
+        assert output == "paid 4200 cents"  # the real result, recorded before the kill
+    assert run(repair(session)).added == ()  # idempotent
+
+    model = ScriptedModel(cashier)
+    result = run(journal_run(make_agent(model, ledger.path), "Did the payment go through?", session=session))
+    assert result.final_output.startswith("Not paying again")
+    assert all(orphans(sent) == [] for sent in model.inputs)  # no provider 400
+    assert ledger.count(call="pay") == 1  # the tool was not run again
+    session.close()
+    with journal.open(db, readonly=True) as j:
+        assert j.scan().clean and j.check() == [] and j.integrity_check() == ["ok"]
+        assert [m.role for m in j.messages("bot-1")][-2:] == ["user", "assistant"]
+
+
+def test_the_example_runs_offline_and_pays_once(tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parent.parent / "examples" / "openai_agents_bot.py"
+    done = run_child(example.read_text(), str(tmp_path / "agent.db"))
+    assert done.returncode == 0, done.stderr
+    assert "MAY have run" in done.stdout
+    assert "payments made: ['A-1', 'B-2']" in done.stdout
+
+
+def test_importing_the_adapter_without_openai_agents_names_the_extra() -> None:
+    done = run_child(
+        """
+        import sys
+        sys.modules["agents"] = None  # as if openai-agents were not installed
+        try:
+            import journal.adapters.openai_agents
+        except ImportError as exc:
+            print(exc)
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert "agent-journal[openai-agents]" in done.stdout
