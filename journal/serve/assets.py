@@ -1,0 +1,85 @@
+"""The viewer's one stylesheet and one script, served from ``/static/`` (CSP: ``'self'`` only).
+
+Kept as strings in a module, so they ship with the package whatever the install. The script
+only follows a session live: it opens the page's server-sent event stream and appends each row
+the server rendered (escaped there, like the rest of the page). No page depends on it.
+"""
+
+from __future__ import annotations
+
+STYLE = """\
+:root { color-scheme: light dark; --warn: #b45309; --risk: #b91c1c; --ok: #15803d; --muted: #6b7280;
+        --line: #d1d5db; --bg2: rgba(127,127,127,.08); }
+body { font: 14px/1.45 system-ui, sans-serif; margin: 0; }
+header { display: flex; gap: 1.5em; align-items: baseline; padding: .6em 1.2em; border-bottom: 1px solid var(--line); }
+header nav a { margin-right: 1em; font-weight: 600; }
+header nav a[aria-current] { text-decoration: none; border-bottom: 2px solid currentColor; }
+.file { color: var(--muted); font-family: ui-monospace, monospace; font-size: 12px; }
+main { padding: .6em 1.2em 3em; }
+h1 { font-size: 1.3em; margin: .4em 0; } h2 { font-size: 1.1em; margin: 1.2em 0 .4em; }
+.id, .call, .seq, .args, time, .meta, code { font-family: ui-monospace, monospace; font-size: 12.5px; }
+.content, .args, .meta, .body { white-space: pre-wrap; overflow-wrap: anywhere; }
+table.sessions { border-collapse: collapse; width: 100%; }
+table.sessions th, table.sessions td { text-align: left; padding: .25em .6em; border-bottom: 1px solid var(--line); vertical-align: top; }
+td.num { text-align: right; }
+.pager { margin: .6em 0; color: var(--muted); } .pager a { margin-left: .8em; }
+.tabs { margin: .8em 0; border-bottom: 1px solid var(--line); }
+.tabs a { display: inline-block; padding: .3em .9em; margin-bottom: -1px; border: 1px solid transparent; }
+.tabs a[aria-current] { border-color: var(--line); border-bottom-color: Canvas; font-weight: 600; text-decoration: none; }
+.ev, .msg { display: grid; grid-template-columns: 4.5em 7.5em 1fr auto; gap: .6em; padding: .2em .3em;
+            border-bottom: 1px solid var(--bg2); align-items: baseline; }
+.ev .seq, .msg .seq { text-align: right; color: var(--muted); text-decoration: none; }
+.ev time { color: var(--muted); font-size: 11px; }
+.label { font-weight: 600; }
+.ev.d1 .label { padding-left: 1.2em; } .ev.d2 .label { padding-left: 2.4em; }
+.ev.d1 .body { padding-left: 1.2em; } .ev.d2 .body { padding-left: 2.4em; }
+.k-turn { background: var(--bg2); } .k-turn .label { color: var(--muted); }
+.k-step .label, .k-step .body { color: var(--muted); }
+.k-user .label { color: #1d4ed8; } .k-assistant .label { color: #7c3aed; }
+.k-dispatch .label { color: #0e7490; } .k-late { background: rgba(180,83,9,.08); }
+.k-compaction, .k-retract { background: rgba(124,58,237,.07); }
+.ev:target, .msg:target { outline: 2px solid #2563eb; }
+ul.calls { margin: .2em 0; padding-left: 1.2em; }
+.tool { font-weight: 600; }
+.status { color: var(--muted); margin-left: .4em; }
+.marker { display: inline-block; padding: 0 .45em; border-radius: 3px; color: #fff; margin: 0 .3em; font-size: 12px; }
+.marker.risk-unknown { background: var(--risk); } .marker.risk-not-started { background: var(--muted); }
+.result.risk-unknown, .k-result.risk-unknown { background: rgba(185,28,28,.10); }
+.warn { color: var(--warn); } .ok { color: var(--ok); } .error { color: var(--risk); }
+.synthetic, .notes { color: var(--muted); }
+.live { color: var(--muted); font-style: italic; }
+.indeterminate { border: 1px solid var(--risk); border-radius: 4px; padding: .5em .7em; margin: .5em 0; }
+dl { display: grid; grid-template-columns: max-content 1fr; gap: 0 1em; margin: .4em 0 0; }
+dt { color: var(--muted); } dd { margin: 0; font-family: ui-monospace, monospace; overflow-wrap: anywhere; }
+.filter { margin: .6em 0; }
+"""
+
+SCRIPT = """\
+"use strict";
+// Live following: the server renders (and escapes) each new row; this only places it.
+(function () {
+  const log = document.querySelector("[data-follow]");
+  if (!log || !window.EventSource) return;
+  const status = document.getElementById("live-status");
+  const say = (words) => { if (status) status.textContent = words; };
+  const source = new EventSource(log.dataset.follow);
+  source.onopen = () => say("following live: new events appear here");
+  source.onerror = () => say("connection lost; reconnecting\u2026");
+  source.addEventListener("gone", () => { source.close(); say("the session is gone"); });
+  source.onmessage = (message) => {
+    const row = JSON.parse(message.data);
+    if (document.getElementById("e" + row.seq)) return;  // already on the page
+    const atBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40;
+    const empty = log.querySelector(".empty");
+    if (empty) empty.remove();
+    log.insertAdjacentHTML("beforeend", row.html);
+    if (row.call !== null && row.status) {
+      for (const holder of document.querySelectorAll("[data-call]")) {
+        const old = holder.dataset.call === row.call && holder.querySelector(".status");
+        if (old) old.outerHTML = row.status;
+      }
+    }
+    if (atBottom) window.scrollTo(0, document.body.scrollHeight);
+  };
+})();
+"""
