@@ -409,9 +409,13 @@ def _sessions_from_rows(rows: list[tuple[Any, ...]]) -> list[Session]:
     ]
 
 
-def _session_filters(meta: object, prefix: object) -> tuple[str, list[Any]]:
-    """The WHERE terms (and their arguments) of ``sessions(meta=, prefix=)``, refused when bad."""
+def _session_filters(meta: object, prefix: object, parent_id: object) -> tuple[str, list[Any]]:
+    """The WHERE terms (and their arguments) of ``sessions(meta=, prefix=, parent_id=)``,
+    refused when bad."""
     where, args = "", []
+    if parent_id is not None:
+        where += " AND s.parent_id = ?"
+        args.append(check_session_id(parent_id))
     if meta is not None:
         if not isinstance(meta, Mapping) or not meta:
             raise InvalidArgument("meta", f"must be a non-empty mapping of meta keys to values, not {meta!r}")
@@ -499,6 +503,7 @@ class Log:
         after: str | Session | None = None,
         meta: Mapping[str, Any] | None = None,
         prefix: str | None = None,
+        parent_id: str | None = None,
     ) -> list[Session]:
         """Sessions oldest first (by ``created_ms``, then id), in one query: all of them, or a
         page of at most ``limit`` starting after the session ``after`` (its id, or a ``Session``
@@ -507,6 +512,7 @@ class Log:
         ``meta``: only sessions whose meta holds each of these top-level entries (a string,
         number or boolean, compared as JSON values: 3 is not 3.0 nor "3"), found through an
         index of the metas' entries. ``prefix``: only sessions whose id starts with it.
+        ``parent_id``: only the forks of that session (through the index of fork parents).
 
         Page on with ``after=page[-1]`` until a page is shorter than ``limit``: that goes on even
         if the session was purged meanwhile. Each page is its own snapshot: a session created
@@ -514,7 +520,7 @@ class Log:
         ``after`` raises ``SessionNotFound``; a bad argument ``InvalidArgument``, before anything
         is read."""
         _check_page(limit, after)
-        where, args = _session_filters(meta, prefix)
+        where, args = _session_filters(meta, prefix, parent_id)
         if isinstance(after, Session):
             where += " AND (s.created_ms, s.id) > (?, ?)"
             args += [after.created_ms, after.id]

@@ -578,3 +578,14 @@ def test_cli_state_prints_each_key_escaped_and_json_exactly(tmp_path: Path) -> N
     assert doc["as_of"] == 0
     assert {item["key"]: item for item in doc["state"]}["plan"] == {"key": "plan", "json": {"step": 2}}
     assert {item["key"]: item for item in doc["state"]}["raw"] == {"key": "raw", "bytes": "AAEC"}
+
+
+def test_sessions_by_parent_lists_a_sessions_forks(j: journal.Journal) -> None:
+    j.create_session("p")
+    j.append("p", *note(0))
+    forks = [j.fork("p", id=f"f{i}").id for i in range(5)]
+    j.fork("f0", id="grandchild")
+    assert [s.id for s in j.sessions(parent_id="p")] == forks
+    assert [s.id for s in j.sessions(parent_id="p", limit=2, after="f1")] == ["f2", "f3"]
+    assert [s.id for s in j.sessions(parent_id="f0")] == ["grandchild"]
+    assert j.sessions(parent_id="nobody") == []

@@ -51,7 +51,6 @@ LOG_PAGE = 200  # events a page of a log shows (?tail= up to LOG_MAX)
 LOG_MAX = 5000
 MESSAGES_PAGE = 200  # messages the messages and provider views show (?tail= more)
 MARGIN = 200  # events read on either side of a page, to pair its calls with their results
-FORK_BUDGET = 2000  # sessions looked through per request for a session's forks
 FORKS_SHOWN = 20
 POLL_S = 0.15  # how often live following reads the file
 LIVE_BATCH = 500  # events sent per poll at most (a backlog is sent in batches, without waiting)
@@ -540,28 +539,13 @@ def _sse(renderer: pages.LogRenderer, event: journal.Event) -> str:
 
 
 def _forks(j: Journal, s: Session, after: str | None) -> pages.Forks:
-    """The session's forks, looked for among at most ``FORK_BUDGET`` sessions a request.
-
-    The library lists sessions, not a session's forks, so this pages through the listing from
-    the session's own creation time (a fork is made after its parent), or from ``after`` when
-    the user asks to look further."""
-    cursor: str | Session = Session(id="", count=0, created_ms=s.created_ms)  # sorts before any id
-    if after is not None:
-        cursor = check_session_id(after)
-    found: list[Session] = []
-    looked = 0
-    while looked < FORK_BUDGET and len(found) < FORKS_SHOWN:
-        try:
-            page = j.sessions(limit=500, after=cursor)
-        except SessionNotFound:  # `after` purged meanwhile: start again
-            page = j.sessions(limit=500, after=Session(id="", count=0, created_ms=s.created_ms))
-        found += [f for f in page if f.parent_id == s.id]
-        looked += len(page)
-        if len(page) < 500:
-            return pages.Forks(tuple(found), None)
-        cursor = page[-1]
-    last = cursor if isinstance(cursor, str) else cursor.id
-    return pages.Forks(tuple(found), last)
+    """The session's forks, ``FORKS_SHOWN`` a page (``sessions(parent_id=)``: one index seek),
+    after the fork ``after`` when the user asks for more."""
+    try:
+        page = j.sessions(parent_id=s.id, limit=FORKS_SHOWN, after=None if after is None else check_session_id(after))
+    except SessionNotFound:  # `after` purged meanwhile: from the start again
+        page = j.sessions(parent_id=s.id, limit=FORKS_SHOWN)
+    return pages.Forks(tuple(page), page[-1].id if len(page) == FORKS_SHOWN else None)
 
 
 def run(

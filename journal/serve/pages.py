@@ -189,7 +189,7 @@ def session_header(s: Session, forks: Forks, view: str) -> str:
         more = ""
         if forks.more_after is not None:
             more = (
-                f' <a href="{url("sessions", s.id, view=view, forks_after=forks.more_after)}">look for more forks</a>'
+                f' <a href="{url("sessions", s.id, view=view, forks_after=forks.more_after)}">more forks</a>'
             )
         parts.append(f'<p class="forks">forks: {links or "none found yet"}{more}</p>')
     tabs = "".join(
