@@ -1,0 +1,645 @@
+"""A ``SessionStore`` for the Claude Agent SDK that keeps transcripts in a journal (DESIGN §14).
+
+Plug it in with one line::
+
+    options = ClaudeAgentOptions(session_store=JournalSessionStore("agent.db"), session_store_flush="eager")
+
+Each store key (``project_key``, ``session_id``, optional ``subpath``) is one journal session.
+Its id is ``claude/<project_key>/<session_id>[/<subpath>]`` when that is a valid session id
+(printable ASCII, no spaces; the two first parts without ``/`` or ``#``), else
+``claude/#<sha256 of the key>``; the key's parts are kept in the session's meta
+(``claude.project_key``, ``claude.session_id``, ``claude.subpath``, ``claude.transcript`` =
+``main`` | ``subagent``), so the listings are indexed meta lookups, never a scan.
+
+What it guarantees:
+
+- **The store's contract, verbatim.** Each transcript entry is an ``x.claude.entry`` event
+  ``{"entry": <the entry>}`` (wrapped, so no field of an entry is ever read as one of the
+  journal's own); ``load`` returns the entries deep-equal, in append order. An entry's ``uuid``
+  is its idempotency key: a duplicate, in one batch or across batches, processes or retries, is
+  not stored twice — the journal's unique index decides, atomically. Entries without a uuid are
+  stored as they come (the SDK's rule). A batch is one transaction (G2), durable when ``append``
+  returns (G1); the async methods run the journal's calls in a worker thread, so the event loop
+  never waits on an fsync. The SDK's session summary (``fold_session_summary``) is kept as keyed
+  state written in the same transaction as the batch.
+- **Typed events, derived in the same transaction.** User text → ``user_message``; an assistant
+  entry → ``assistant_message`` with ``tool_calls`` from its ``tool_use`` blocks; the first
+  assistant entry asking for tools opens a journal turn and each of its calls is recorded as
+  dispatched (``tool_call``); ``tool_result`` blocks → ``tool_result`` (first write wins, G5;
+  ``is_error`` kept); an assistant entry without tool use that ends the message, once the turn
+  owes no result, ends the turn. So ``scan``, ``recover``, the messages view and ``journal show``
+  work on Claude sessions: a ``tool_use`` left without its ``tool_result`` by a crash is a
+  pending call. The derivation reads the journal's own state (the turn open, the calls known) as
+  of the count it then appends at (``expected_count``): two processes racing re-plan instead of
+  deriving twice. It never costs the verbatim layer: a derived event the journal would refuse is
+  left out, and if a batch still fails for a derived event, the entries are stored alone.
+- **Delete is erasure.** ``delete`` purges the journal session(s) — the one exception to
+  append-only (DESIGN G3), as a user deleting a conversation needs. A journal fork of a purged
+  session is given its own copy first (``purge(copy_forks=True)``).
+- **Repair in Claude's shape.** ``repair(key)`` runs the journal's ``recover`` on the session and
+  appends, for each call the crash left without a result, a native user entry holding a
+  ``tool_result`` block (``is_error``) that says the tool MAY have run: a resume from the store
+  then sends no orphan ``tool_use`` (no provider 400) and nothing re-runs the tool.
+
+What it cannot guarantee:
+
+- **No dispatch barrier (G6).** The SDK mirrors entries after Claude Code wrote them to its local
+  file, in batches (per turn by default; ``session_store_flush="eager"`` narrows the gap), so a
+  tool may have run — or the process died — before the store sees its ``tool_use``. The journal
+  therefore records what Claude Code did, not what it is about to do; every unanswered call is
+  ``tool_outcome_unknown`` ("MAY have run"), never ``tool_not_started``. Entries of a batch the
+  SDK never flushed are missing from the journal (they are in Claude's local file).
+- **Turn boundaries are inferred.** Claude Code may split one model message into several entries
+  (one per content block): a text entry written before a ``tool_use`` of the same message can
+  close a turn that the ``tool_use`` then reopens as a new one. Scan and recovery stay correct
+  (calls are always inside an open turn); only the turn count differs from Claude's.
+- ``repair`` closes open turns as interrupted: call it when no Claude process is driving the
+  session (the journal cannot see Claude's process, so it cannot refuse for you).
+- An entry the journal cannot hold (over ``max_event_bytes``, nested deeper than 100 levels, an
+  integer outside 64 bits, a lone surrogate; the ``{"entry": ...}`` wrapper counts) is refused with ``InvalidEvent`` and nothing of its
+  batch is written; the SDK reports that as a ``MirrorErrorMessage``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy as _copy
+import hashlib
+import json
+import logging
+import os
+import threading
+import uuid as _uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, cast
+
+from journal.adapters import require
+
+require("claude_agent_sdk", "claude")
+
+from claude_agent_sdk import fold_session_summary
+from claude_agent_sdk.types import (
+    SessionKey,
+    SessionListSubkeysKey,
+    SessionStore,
+    SessionStoreEntry,
+    SessionStoreListEntry,
+    SessionSummaryEntry,
+)
+
+import journal
+from journal.errors import CountMismatch, JournalError, SessionExists, SessionNotFound
+from journal.model import Event, Session
+
+__all__ = ["ENTRY", "JournalSessionStore", "journal_session_id"]
+
+log = logging.getLogger(__name__)
+
+ENTRY = "x.claude.entry"
+SUMMARY = "claude.summary"  # keyed state: the SDK's folded session summary (main transcripts)
+PREFIX = "claude/"
+META_PROJECT, META_SESSION, META_SUBPATH, META_TRANSCRIPT = (
+    "claude.project_key", "claude.session_id", "claude.subpath", "claude.transcript",
+)  # fmt: skip
+MAX_KEY = 256
+# Compare-and-append rounds before an append gives up deriving and stores the entries alone.
+MAX_ROUNDS = 64
+# The namespace of the uuids of repair entries: a repair's uuid is a function of its session and
+# call, so repairing twice writes one entry.
+_REPAIR_NS = _uuid.UUID("6f1d3c2e-8a4b-5c6d-9e0f-a1b2c3d4e5f6")
+# Claude stop reasons that end a model message; "tool_use" and "pause_turn" do not end a turn.
+_ENDS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "refusal": "stop"}
+_INTERRUPT_MARK = "[Request interrupted by user"
+
+
+# -- keys ------------------------------------------------------------------------------------------
+
+
+def _plain(part: str, *, slash: bool) -> bool:
+    return bool(part) and all("!" <= c <= "~" and c != "#" and (slash or c != "/") for c in part)
+
+
+def journal_session_id(key: SessionKey | SessionListSubkeysKey) -> str:
+    """The journal session that holds a store key: readable when it can be, else hashed.
+
+    Readable ids have no ``#`` and their first two parts no ``/``, hashed ones start with
+    ``claude/#``: two different keys never share a session."""
+    project, session = key["project_key"], key["session_id"]
+    subpath = cast("str | None", dict(key).get("subpath")) or None
+    readable = PREFIX + project + "/" + session + ("/" + subpath if subpath else "")
+    if (
+        _plain(project, slash=False)
+        and _plain(session, slash=False)
+        and (subpath is None or _plain(subpath, slash=True))
+        and len(readable) <= MAX_KEY
+    ):
+        return readable
+    digest = hashlib.sha256(json.dumps([project, session, subpath]).encode("utf-8", "surrogatepass")).hexdigest()
+    return PREFIX + "#" + digest
+
+
+def _meta(key: SessionKey) -> dict[str, Any]:
+    meta = {META_PROJECT: key["project_key"], META_SESSION: key["session_id"]}
+    subpath = key.get("subpath") or None
+    if subpath is None:
+        meta[META_TRANSCRIPT] = "main"
+    else:
+        meta[META_TRANSCRIPT], meta[META_SUBPATH] = "subagent", subpath
+    return meta
+
+
+def _meta_of(session: Session) -> dict[str, Any]:
+    return session.meta or {}
+
+
+def _entry_key(entry: Any) -> str | None:
+    """The idempotency key of an entry: its uuid, or a digest of it when the uuid is not a
+    string the journal takes as a key (too long, not text)."""
+    if not isinstance(entry, dict) or "uuid" not in entry or entry["uuid"] is None:
+        return None
+    value = entry["uuid"]
+    if isinstance(value, str) and 1 <= len(value) <= MAX_KEY:
+        return value
+    text = json.dumps(value, sort_keys=True, default=repr)
+    return "uuid#" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _repair_uuid(session_id: str, call_id: str) -> str:
+    return str(_uuid.uuid5(_REPAIR_NS, session_id + "\x00" + call_id))
+
+
+# -- what the log says so far ----------------------------------------------------------------------
+
+
+@dataclass
+class _Tracker:
+    """One journal session as the derivation needs it, folded from its log incrementally.
+
+    The log is the truth: this is a cache of it, valid for a count of events (``seen``) and for
+    one incarnation of the session (``created_ms``: a purged and recreated session starts over)."""
+
+    created_ms: int
+    seen: int = 0
+    keys: set[str] = field(default_factory=set)  # entry keys stored
+    calls: dict[str, str | None] = field(default_factory=dict)  # call id -> tool name, every call requested or answered
+    answered: set[str] = field(default_factory=set)
+    turn: int = 0  # the last turn number used
+    open: bool = False
+    owed: list[str] = field(default_factory=list)  # calls of the open turn still without a result
+
+    def fold(self, event: Event) -> None:
+        self.seen = event.seq + 1
+        data = event.data
+        if event.type == ENTRY:
+            if event.key is not None:
+                self.keys.add(event.key)
+        elif event.type == "turn_start":
+            self.open, self.owed = True, []
+            if isinstance(data.get("turn"), int):
+                self.turn = max(self.turn, data["turn"])
+        elif event.type == "turn_end":
+            self.open, self.owed = False, []
+        elif event.type == "assistant_message":
+            for call in data.get("tool_calls") or ():
+                self.calls.setdefault(call["id"], call.get("name"))
+                if self.open and call["id"] not in self.answered:
+                    self.owed.append(call["id"])
+        elif event.type == "tool_call":
+            self.calls.setdefault(data["id"], data.get("name"))
+        elif event.type == "tool_result":
+            self.calls.setdefault(data["tool_call_id"], data.get("name"))
+            self.answered.add(data["tool_call_id"])
+            if data["tool_call_id"] in self.owed:
+                self.owed.remove(data["tool_call_id"])
+
+
+Item = tuple[str, dict[str, Any], str | None]
+
+
+@dataclass
+class _Plan:
+    """A batch to append: the entries' items with the typed events derived from them."""
+
+    items: list[Item] = field(default_factory=list)
+    derived: int = 0  # how many of the items are typed events
+    fresh: list[Any] = field(default_factory=list)  # entries not stored before (for the summary)
+
+
+def _blocks(message: Any) -> list[Any]:
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return content if isinstance(content, list) else []
+
+
+def _text(blocks: list[Any], kind: str = "text") -> str:
+    field_ = "thinking" if kind == "thinking" else "text"
+    parts = [
+        b[field_] for b in blocks if isinstance(b, dict) and b.get("type") == kind and isinstance(b.get(field_), str)
+    ]
+    return "\n\n".join(p for p in parts if p)
+
+
+def _result_content(block: dict[str, Any]) -> Any:
+    content = block.get("content")
+    if content is None:
+        return ""
+    return content if isinstance(content, (str, list, dict)) else json.dumps(content)
+
+
+class _Planner:
+    """Derives the typed events of a batch of entries from the tracker's state, without
+    changing it (the tracker follows only what was written)."""
+
+    def __init__(self, session_id: str, tracker: _Tracker) -> None:
+        self.session_id = session_id
+        self.t = tracker
+        self.keys: set[str] = set()
+        self.calls: dict[str, str | None] = {}
+        self.turn, self.open, self.owed = tracker.turn, tracker.open, list(tracker.owed)
+        self.plan = _Plan()
+
+    def add(self, entry: Any) -> None:
+        key = _entry_key(entry)
+        self.plan.items.append((ENTRY, {"entry": entry}, key))
+        if key is not None:
+            if key in self.t.keys or key in self.keys:
+                return  # a duplicate: the unique index skips it, and it derives nothing again
+            self.keys.add(key)
+        self.plan.fresh.append(entry)
+        if isinstance(entry, dict) and entry.get("type") == "user":
+            self._user(entry, key)
+        elif isinstance(entry, dict) and entry.get("type") == "assistant":
+            self._assistant(entry, key)
+
+    def _derive(self, type_: str, data: dict[str, Any]) -> None:
+        self.plan.items.append((type_, data, None))
+        self.plan.derived += 1
+
+    def _known(self, call_id: str) -> bool:
+        return call_id in self.t.calls or call_id in self.calls
+
+    def _meta(self, entry: dict[str, Any], key: str | None) -> dict[str, Any]:
+        meta: dict[str, Any] = {"claude_uuid": entry.get("uuid")} if key is not None else {}
+        message = entry.get("message")
+        if isinstance(message, dict) and isinstance(message.get("id"), str):
+            meta["claude_message_id"] = message["id"]
+        return meta
+
+    def _user(self, entry: dict[str, Any], key: str | None) -> None:
+        blocks = _blocks(entry.get("message"))
+        for block in blocks:
+            if not (isinstance(block, dict) and block.get("type") == "tool_result"):
+                continue
+            call_id = block.get("tool_use_id")
+            # A result for a call this session never requested (its tool_use was in another
+            # transcript, or in a batch stored without derivation) is left out: the typed log
+            # would hold an answer to nothing. The entry itself is stored all the same.
+            if not isinstance(call_id, str) or not call_id or not self._known(call_id):
+                continue
+            if key == _repair_uuid(self.session_id, call_id):
+                continue  # our own repair: the journal's synthetic result is its typed twin
+            data: dict[str, Any] = {"tool_call_id": call_id, "content": _result_content(block)}
+            name = self.calls.get(call_id, self.t.calls.get(call_id))
+            if name:
+                data["name"] = name
+            if isinstance(block.get("is_error"), bool):
+                data["is_error"] = block["is_error"]
+            data["metadata"] = self._meta(entry, key)
+            self._derive("tool_result", data)
+            if call_id in self.owed:
+                self.owed.remove(call_id)
+        text = _text(blocks)
+        if not text:
+            return
+        if self.open and not self.owed and not entry.get("isMeta") and not text.startswith(_INTERRUPT_MARK):
+            # A new prompt: the turn before it is over (Claude writes no end marker of its own
+            # when the user interrupts a turn that owed nothing).
+            self._end_turn()
+        self._derive("user_message", {"content": text, "metadata": self._meta(entry, key)})
+
+    def _assistant(self, entry: dict[str, Any], key: str | None) -> None:
+        message: dict[str, Any] = entry["message"] if isinstance(entry.get("message"), dict) else {}
+        blocks = _blocks(message)
+        calls: list[dict[str, Any]] = []
+        for block in blocks:
+            if not (isinstance(block, dict) and block.get("type") == "tool_use"):
+                continue  # server tools (server_tool_use) run at the provider: no client call
+            call_id, name = block.get("id"), block.get("name")
+            if not (isinstance(call_id, str) and call_id and isinstance(name, str) and name):
+                continue
+            # A call id seen before would be a second request and a second dispatch, which the
+            # journal refuses (AlreadyDispatched): the first one stands.
+            if self._known(call_id) or any(c["id"] == call_id for c in calls):
+                continue
+            arguments = block.get("input")
+            calls.append({"id": call_id, "name": name, "arguments": arguments if arguments is not None else {}})
+        text, reasoning = _text(blocks), _text(blocks, "thinking")
+        if not (calls or text or reasoning):
+            return
+        if calls and not self.open:
+            self.turn += 1
+            self.open, self.owed = True, []
+            self._derive("turn_start", {"turn": self.turn})
+        data: dict[str, Any] = {"content": text}
+        stop = message.get("stop_reason")
+        if calls:
+            data["tool_calls"], data["stop_reason"] = calls, "tool_use"
+        elif entry.get("isApiErrorMessage") is True:
+            data["stop_reason"], data["error_message"] = "error", text or "API error"
+        elif stop in _ENDS:
+            data["stop_reason"] = _ENDS[stop]
+        if reasoning:
+            data["reasoning"] = reasoning
+        usage = message.get("usage")
+        if isinstance(usage, dict):
+            mapped = {
+                name: usage[src]
+                for name, src in (
+                    ("input", "input_tokens"),
+                    ("output", "output_tokens"),
+                    ("cache_read", "cache_read_input_tokens"),
+                )
+                if isinstance(usage.get(src), int) and not isinstance(usage.get(src), bool)
+            }
+            if mapped:
+                data["usage"] = mapped
+        meta = self._meta(entry, key)
+        if isinstance(message.get("model"), str):
+            meta["model"] = message["model"]
+        data["metadata"] = meta
+        self._derive("assistant_message", data)
+        if calls:
+            for call in calls:
+                self.calls[call["id"]] = call["name"]
+                self.owed.append(call["id"])
+                # Recorded as dispatched: Claude Code runs a requested tool on its own, and the
+                # mirror sees the request only after that may have begun (no barrier, see above).
+                self._derive("tool_call", {"id": call["id"], "name": call["name"]})
+            return
+        ends = stop in _ENDS or (stop is None and bool(text)) or entry.get("isApiErrorMessage") is True
+        if self.open and not self.owed and ends:
+            self._end_turn()
+
+    def _end_turn(self) -> None:
+        self._derive("turn_end", {"turn": self.turn, "steps": 0, "reason": "complete"})
+        self.open, self.owed = False, []
+
+
+# -- the store -------------------------------------------------------------------------------------
+
+
+class JournalSessionStore(SessionStore):
+    """The Claude Agent SDK's ``SessionStore`` on a journal file (see the module's docstring).
+
+    ``path_or_journal``: a path (opened with ``options``, closed by ``close()``) or an open
+    ``journal.Journal`` (shared; the caller closes it). One store may serve many sessions and
+    be used from any event loop; several processes may share the file."""
+
+    def __init__(self, path_or_journal: str | os.PathLike[str] | journal.Journal, **options: Any) -> None:
+        if isinstance(path_or_journal, journal.Journal):
+            if options:
+                raise TypeError("options apply when the store opens the journal itself, not to an open Journal")
+            self._journal, self._owned = path_or_journal, False
+        else:
+            self._journal, self._owned = journal.open(path_or_journal, **options), True
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+        self._trackers: dict[str, _Tracker] = {}
+
+    @property
+    def journal(self) -> journal.Journal:
+        return self._journal
+
+    def close(self) -> None:
+        """Close the journal if this store opened it."""
+        if self._owned:
+            self._journal.close()
+
+    def __enter__(self) -> JournalSessionStore:  # noqa: PYI034
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> JournalSessionStore:  # noqa: PYI034
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.close)
+
+    # -- the protocol (each runs the journal's calls in a worker thread) ---------------------------
+
+    async def append(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
+        """Store a batch of entries (one transaction), with the typed events they imply."""
+        await asyncio.to_thread(self.append_sync, key, list(entries))
+
+    async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
+        """The entries of a key, deep-equal and in order; ``None`` if none was ever stored."""
+        return await asyncio.to_thread(self.load_sync, key)
+
+    async def list_sessions(self, project_key: str) -> list[SessionStoreListEntry]:
+        """The project's main transcripts, with their last write time (epoch ms)."""
+        return await asyncio.to_thread(self.list_sessions_sync, project_key)
+
+    async def list_session_summaries(self, project_key: str) -> list[SessionSummaryEntry]:
+        """The SDK's summaries of the project's main transcripts, kept by ``append``."""
+        return await asyncio.to_thread(self.list_session_summaries_sync, project_key)
+
+    async def delete(self, key: SessionKey) -> None:
+        """Erase a transcript (a main key: with its subagent transcripts) by purging it."""
+        await asyncio.to_thread(self.delete_sync, key)
+
+    async def list_subkeys(self, key: SessionListSubkeysKey) -> list[str]:
+        """The subpaths stored under a session."""
+        return await asyncio.to_thread(self.list_subkeys_sync, key)
+
+    async def repair(self, key: SessionKey) -> list[SessionStoreEntry]:
+        """After a crash: close the session's open turn and answer its orphan calls in Claude's
+        shape; returns the entries appended (none when there was nothing to repair)."""
+        return await asyncio.to_thread(self.repair_sync, key)
+
+    # -- the same, synchronous (the async methods' bodies; for callers without an event loop) ----
+
+    def append_sync(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
+        if not entries:
+            return
+        sid = journal_session_id(key)
+        with self._lock(sid):
+            if self._append_derived(sid, key, entries):
+                return
+            # The entries alone, without a plan: the unique index of keys still stores each uuid
+            # once. The summary folds the whole batch here (a duplicate folds again, as in the
+            # SDK's own in-memory store).
+            self._trackers.pop(sid, None)
+            self._ensure(sid, key)
+            state = self._summary(sid, key, entries) if not key.get("subpath") else None
+            self._journal.append_many(sid, [(ENTRY, {"entry": e}, _entry_key(e)) for e in entries], state=state)
+
+    def _append_derived(self, sid: str, key: SessionKey, entries: list[SessionStoreEntry]) -> bool:
+        """Append the entries with their typed events, planned from the log as of the count
+        they are appended at; ``False`` when they must be stored alone."""
+        for _ in range(MAX_ROUNDS):
+            tracker = self._tracker(sid, key)
+            planner = _Planner(sid, tracker)
+            for entry in entries:
+                planner.add(entry)
+            plan = planner.plan
+            if not plan.fresh:
+                return True  # every entry is stored already
+            state = self._summary(sid, key, plan.fresh) if not key.get("subpath") else None
+            try:
+                written = self._journal.append_many(sid, plan.items, expected_count=tracker.seen, state=state)
+            except (CountMismatch, SessionNotFound) as exc:
+                # Another writer (or a purge) came first: read what it did, plan again.
+                log.debug("claude adapter: %s moved under the plan (%s): planning again", sid, type(exc).__name__)
+                continue
+            except JournalError as exc:
+                if plan.derived == 0:
+                    raise  # the entries themselves are refused (too big, say): the SDK must hear it
+                # A derived event was refused after all: never let that cost the entries.
+                log.warning("claude adapter: typed events of a batch refused (%s); storing the entries alone", exc)
+                return False
+            log.debug("claude adapter: %s: %d entries appended at %d", sid, len(plan.fresh), tracker.seen)
+            self._follow(tracker, written)
+            return True
+        log.warning("claude adapter: %s kept changing under %d plans; storing the entries alone", sid, MAX_ROUNDS)
+        return False
+
+    def load_sync(self, key: SessionKey) -> list[SessionStoreEntry] | None:
+        try:
+            events = self._journal.events(journal_session_id(key), types=[ENTRY])
+        except SessionNotFound:
+            return None
+        return [e.data["entry"] for e in events] or None
+
+    def list_sessions_sync(self, project_key: str) -> list[SessionStoreListEntry]:
+        return [
+            {"session_id": _meta_of(s)[META_SESSION], "mtime": s.last_ms}
+            for s in self._journal.sessions(meta={META_PROJECT: project_key, META_TRANSCRIPT: "main"}, prefix=PREFIX)
+            if s.count
+        ]
+
+    def list_session_summaries_sync(self, project_key: str) -> list[SessionSummaryEntry]:
+        out: list[SessionSummaryEntry] = []
+        for s in self._journal.sessions(meta={META_PROJECT: project_key, META_TRANSCRIPT: "main"}, prefix=PREFIX):
+            try:
+                summary = self._journal.state(s.id, keys=[SUMMARY]).get(SUMMARY)
+            except SessionNotFound:
+                continue  # purged meanwhile
+            if s.count and isinstance(summary, dict):
+                # The summary is written in the transaction of the session's last events, so
+                # its write time is the session's last activity: the clock list_sessions shows.
+                out.append({"session_id": _meta_of(s)[META_SESSION], "mtime": s.last_ms, "data": summary["data"]})
+        return out
+
+    def delete_sync(self, key: SessionKey) -> None:
+        j = self._journal
+        if key.get("subpath"):
+            doomed = [journal_session_id(key)]
+        else:
+            found = j.sessions(meta={META_PROJECT: key["project_key"], META_SESSION: key["session_id"]}, prefix=PREFIX)
+            subs = [s.id for s in found if _meta_of(s).get(META_TRANSCRIPT) == "subagent"]
+            doomed = [*subs, journal_session_id(key)]  # the main one last: a retry finds the rest
+        for sid in doomed:
+            with self._lock(sid):
+                self._trackers.pop(sid, None)
+                try:
+                    # The one erasure the journal allows (G3): a whole session, in one transaction.
+                    j.purge(sid, copy_forks=True)
+                except SessionNotFound:
+                    pass
+
+    def list_subkeys_sync(self, key: SessionListSubkeysKey) -> list[str]:
+        found = self._journal.sessions(
+            meta={META_PROJECT: key["project_key"], META_SESSION: key["session_id"], META_TRANSCRIPT: "subagent"},
+            prefix=PREFIX,
+        )
+        return [_meta_of(s)[META_SUBPATH] for s in found if s.count]
+
+    def repair_sync(self, key: SessionKey) -> list[SessionStoreEntry]:
+        sid, j = journal_session_id(key), self._journal
+        try:
+            j.recover(sid)
+        except SessionNotFound:
+            return []
+        entries = self.load_sync(key) or []
+        answered = {
+            block.get("tool_use_id")
+            for entry in entries
+            if isinstance(entry, dict) and entry.get("type") == "user"
+            for block in _blocks(entry.get("message"))
+            if isinstance(block, dict) and block.get("type") == "tool_result"
+        }
+        chained = [cast("dict[str, Any]", e) for e in entries if isinstance(e, dict) and isinstance(e.get("uuid"), str)]
+        parent = chained[-1]["uuid"] if chained else None
+        template: dict[str, Any] = next((e for e in reversed(chained) if e.get("type") in ("user", "assistant")), {})
+        repairs: list[SessionStoreEntry] = []
+        for result in j.events(sid, types=["tool_result"]):
+            metadata = result.data.get("metadata")
+            call_id = result.data["tool_call_id"]
+            if not (isinstance(metadata, dict) and metadata.get("synthetic") is True) or call_id in answered:
+                continue
+            entry: dict[str, Any] = {"parentUuid": parent}
+            for name in ("isSidechain", "userType", "cwd", "sessionId", "version", "gitBranch", "agentId"):
+                if name in template:
+                    entry[name] = _copy.deepcopy(template[name])
+            entry["type"] = "user"
+            entry["message"] = {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": call_id, "content": result.data["content"], "is_error": True}
+                ],
+            }
+            entry["uuid"] = parent = _repair_uuid(sid, call_id)
+            entry["timestamp"] = (
+                datetime.fromtimestamp(result.time_ms / 1000, timezone.utc)
+                .isoformat(timespec="milliseconds")
+                .replace("+00:00", "Z")
+            )
+            entry["toolUseResult"] = "Error: " + result.data["content"]
+            repairs.append(entry)  # type: ignore[arg-type]
+        self.append_sync(key, repairs)
+        return repairs
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def _lock(self, sid: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(sid, threading.Lock())
+
+    def _ensure(self, sid: str, key: SessionKey) -> None:
+        try:
+            self._journal.create_session(sid, meta=_meta(key))
+        except SessionExists:
+            pass
+
+    def _tracker(self, sid: str, key: SessionKey) -> _Tracker:
+        """The session's tracker, brought up to the log's end (the session made if missing)."""
+        j = self._journal
+        try:
+            info = j.session(sid)
+        except SessionNotFound:
+            self._ensure(sid, key)
+            info = j.session(sid)
+        tracker = self._trackers.get(sid)
+        if tracker is None or tracker.created_ms != info.created_ms or info.count < tracker.seen:
+            tracker = self._trackers[sid] = _Tracker(info.created_ms)
+        if info.count > tracker.seen:
+            for event in j.events(sid, since=tracker.seen):
+                tracker.fold(event)
+        return tracker
+
+    def _follow(self, tracker: _Tracker, written: list[Event]) -> None:
+        """Fold what a batch wrote (it was appended at ``tracker.seen``: nothing between)."""
+        for event in written:
+            if not event.existing:
+                tracker.fold(event)
+
+    def _summary(self, sid: str, key: SessionKey, fresh: list[Any]) -> dict[str, Any]:
+        # Read here, written in the batch's transaction; the batch's expected_count makes the
+        # read-fold-write one compare-and-set (the SDK asks stores to serialise it).
+        prev = self._journal.state(sid, keys=[SUMMARY]).get(SUMMARY)
+        folded = fold_session_summary(cast("SessionSummaryEntry", prev) if isinstance(prev, dict) else None, key, fresh)
+        return {SUMMARY: {"session_id": folded["session_id"], "mtime": 0, "data": folded["data"]}}

@@ -1,0 +1,514 @@
+"""The Claude Agent SDK adapter (DESIGN §14): the SDK's ``SessionStore`` contracts on a journal,
+entries verbatim and deduplicated by uuid, and the typed events scan and recover read."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import subprocess
+import time
+import uuid as _uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("claude_agent_sdk", reason="the adapter's framework (extra [claude]) is not installed")
+
+from claude_agent_sdk import (
+    SessionStore,
+    delete_session_via_store,
+    get_session_messages_from_store,
+    list_sessions_from_store,
+    project_key_for_directory,
+    rename_session_via_store,
+)
+from claude_agent_sdk.testing import run_session_store_conformance
+
+import journal
+from journal.adapters.claude import ENTRY, JournalSessionStore, journal_session_id
+
+from .conftest import python_child
+
+OPTIONAL = ("list_sessions", "list_session_summaries", "delete", "list_subkeys")
+
+
+# -- a realistic transcript, in Claude Code's JSONL shape ----------------------------------------------
+
+
+class Transcript:
+    """Builds entries the way Claude Code writes them: a chain of ``parentUuid`` links."""
+
+    def __init__(self, session_id: str, *, cwd: str = "/home/ada/proj", seed: str = "t") -> None:
+        self.session_id, self.cwd, self.seed = session_id, cwd, seed
+        self.parent: str | None = None
+        self.n = itertools.count()
+        self.entries: list[dict[str, Any]] = []
+
+    def _entry(self, type_: str, message: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        uid = str(_uuid.uuid5(_uuid.NAMESPACE_URL, f"{self.seed}/{next(self.n)}"))
+        entry = {
+            "parentUuid": self.parent, "isSidechain": False, "userType": "external", "cwd": self.cwd,
+            "sessionId": self.session_id, "version": "2.0.14", "gitBranch": "main", "type": type_,
+            "message": message, "uuid": uid, "timestamp": f"2025-06-01T10:00:{len(self.entries):02d}.000Z", **extra,
+        }  # fmt: skip
+        self.parent = uid
+        self.entries.append(entry)
+        return entry
+
+    def user(self, text: str) -> dict[str, Any]:
+        return self._entry("user", {"role": "user", "content": text})
+
+    def assistant(self, *blocks: dict[str, Any], stop: str | None = None) -> dict[str, Any]:
+        message = {
+            "id": f"msg_{len(self.entries)}", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+            "content": list(blocks), "stop_reason": stop, "stop_sequence": None,
+            "usage": {"input_tokens": 1200, "output_tokens": 40, "cache_read_input_tokens": 800},
+        }  # fmt: skip
+        return self._entry("assistant", message, requestId=f"req_{len(self.entries)}")
+
+    def tool_use(self, call_id: str, name: str, **arguments: Any) -> dict[str, Any]:
+        return self.assistant({"type": "tool_use", "id": call_id, "name": name, "input": arguments}, stop="tool_use")
+
+    def result(self, call_id: str, content: Any, *, is_error: bool = False) -> dict[str, Any]:
+        block = {"type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": is_error}
+        return self._entry("user", {"role": "user", "content": [block]}, toolUseResult={"stdout": str(content)})
+
+    def say(self, text: str) -> dict[str, Any]:
+        return self.assistant({"type": "text", "text": text}, stop="end_turn")
+
+
+SID = "6c1a9f3e-2b4d-4e8f-9a0b-1c2d3e4f5a6b"
+
+
+def coding_session(session_id: str = SID, *, seed: str = "t", crash: bool = True) -> list[dict[str, Any]]:
+    """Two turns with tools; the second ends in a ``tool_use`` whose result never came (a crash)."""
+    t = Transcript(session_id, seed=seed)
+    t.user("Find the failing test — ünïcode ✓ and fix it")
+    t.assistant({"type": "thinking", "thinking": "Run the tests first.", "signature": "sig"})
+    t.assistant({"type": "text", "text": "Running the tests."})
+    t.tool_use("toolu_01", "Bash", command="pytest -q", description="run the tests")
+    t.result("toolu_01", "1 failed: test_total")
+    t.tool_use("toolu_02", "Read", file_path="/home/ada/proj/shop.py")
+    t.result("toolu_02", [{"type": "text", "text": "def total(xs): return sum(xs) + 1"}])
+    t.tool_use("toolu_03", "Edit", file_path="/home/ada/proj/shop.py", old_string="+ 1", new_string="")
+    t.result("toolu_03", "The file has been updated.")
+    t.say("Fixed: `total` added 1.")
+    t.entries.append({"type": "summary", "summary": "Fix test_total", "leafUuid": t.parent})  # no uuid
+    t.user("Now deploy it")
+    t.tool_use("toolu_04", "Bash", command="./deploy.sh --prod")
+    if not crash:
+        t.result("toolu_04", "deployed")
+        t.say("Deployed.")
+    return t.entries
+
+
+def key(session_id: str = SID, project: str = "-home-ada-proj", subpath: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"project_key": project, "session_id": session_id}
+    if subpath is not None:
+        out["subpath"] = subpath
+    return out
+
+
+@pytest.fixture
+def store(db_path: Path):
+    with JournalSessionStore(db_path) as opened:
+        yield opened
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+# -- the SDK's conformance suite ------------------------------------------------------------------------
+
+
+def test_the_sdk_conformance_suite_passes_all_14_contracts_with_every_optional_method(tmp_path: Path) -> None:
+    made: list[JournalSessionStore] = []
+    numbers = itertools.count()
+
+    def make_store() -> JournalSessionStore:
+        made.append(JournalSessionStore(tmp_path / f"conformance-{next(numbers)}.db"))  # a fresh file per contract
+        return made[-1]
+
+    try:
+        # The suite skips the contracts of an optional method the store does not override.
+        probe = make_store()
+        assert all(getattr(type(probe), m) is not getattr(SessionStore, m) for m in OPTIONAL)
+        run(run_session_store_conformance(make_store))
+    finally:
+        for s in made:
+            s.close()
+    assert len(made) == 1 + 1 + 14  # our probe, the suite's probe, one store per contract
+
+
+def test_the_conformance_suite_can_fail_a_store_that_breaks_a_contract(tmp_path: Path) -> None:
+    class Reversed(JournalSessionStore):
+        def load_sync(self, key: Any) -> Any:
+            loaded = super().load_sync(key)
+            return None if loaded is None else loaded[::-1]
+
+    made: list[JournalSessionStore] = []
+    numbers = itertools.count()
+
+    def make_store() -> JournalSessionStore:
+        made.append(Reversed(tmp_path / f"broken-{next(numbers)}.db"))
+        return made[-1]
+
+    try:
+        with pytest.raises(AssertionError):
+            run(run_session_store_conformance(make_store))
+    finally:
+        for s in made:
+            s.close()
+
+
+# -- verbatim, deduplicated -----------------------------------------------------------------------------
+
+
+def test_entries_round_trip_deep_equal_with_nested_content_and_unicode(store: JournalSessionStore, fresh) -> None:
+    entries = coding_session()
+    odd = {
+        "type": "attachment", "uuid": "odd-1", "surface_op": ["replace", 0, 9], "tool_calls": "not ours",
+        "nested": {"a": [1, 2.5, None, True, {"deep": ["ß", "日本語", "🙂", "\u202e"]}]}, "big": 2**62,
+    }  # fmt: skip
+    run(store.append(key(), [*entries[:5], odd]))
+    run(store.append(key(), entries[5:]))
+    assert run(store.load(key())) == [*entries[:5], odd, *entries[5:]]
+    with fresh() as other:  # durable: a new connection reads the same
+        sid = journal_session_id(key())
+        assert [e.data["entry"] for e in other.events(sid, types=[ENTRY])] == [*entries[:5], odd, *entries[5:]]
+        assert other.session(sid).meta == {
+            "claude.project_key": "-home-ada-proj", "claude.session_id": SID, "claude.transcript": "main",
+        }  # fmt: skip
+
+
+def test_a_uuid_is_stored_once_within_a_batch_and_across_batches_and_entries_without_one_each_time(
+    store: JournalSessionStore,
+) -> None:
+    entries = [e for e in coding_session() if "uuid" in e]
+    run(store.append(key(), [entries[0], entries[1], entries[0], entries[1]]))
+    run(store.append(key(), entries[:4]))
+    run(store.append(key(), entries))  # the SDK retries a batch whose append timed out
+    mode = {"type": "permission-mode", "permissionMode": "plan"}
+    run(store.append(key(), [mode]))
+    run(store.append(key(), [mode]))
+    assert run(store.load(key())) == [*entries, mode, mode]
+    events = store.journal.events(journal_session_id(key()))
+    keyed = [e.key for e in events if e.type == ENTRY and e.key is not None]
+    assert keyed == [e["uuid"] for e in entries]
+    # The typed events were derived once, whatever the retries.
+    assert sum(e.type == "tool_call" for e in events) == 4
+    assert sum(e.type == "user_message" for e in events) == 2
+    assert store.journal.check() == []
+
+
+def test_keys_that_are_not_session_ids_are_hashed_and_kept_in_the_meta(store: JournalSessionStore) -> None:
+    odd = key(session_id="with space", project="/abs/path#x")
+    plain = key(project="/abs/path#x".replace("/", "-"))
+    run(store.append(odd, [{"type": "x", "uuid": "1"}]))
+    run(store.append(key(subpath="subagents/agent-7"), [{"type": "x", "uuid": "1"}]))
+    sid = journal_session_id(odd)
+    assert sid.startswith("claude/#") and sid != journal_session_id(plain)
+    assert journal_session_id(key(subpath="subagents/agent-7")) == f"claude/-home-ada-proj/{SID}/subagents/agent-7"
+    assert store.journal.session(sid).meta["claude.session_id"] == "with space"
+    assert run(store.list_sessions("/abs/path#x")) == [
+        {"session_id": "with space", "mtime": store.journal.session(sid).last_ms}
+    ]
+    assert run(store.list_subkeys(key())) == ["subagents/agent-7"]
+
+
+# -- the typed layer ------------------------------------------------------------------------------------
+
+
+def test_typed_events_messages_and_scan_agree_on_a_trailing_tool_use_and_recover_closes_it(
+    store: JournalSessionStore, fresh
+) -> None:
+    entries = coding_session()
+    for i in range(0, len(entries), 3):  # the SDK flushes in batches
+        run(store.append(key(), entries[i : i + 3]))
+    j, sid = store.journal, journal_session_id(key())
+    typed = [e for e in j.events(sid) if not e.type.startswith("x.")]
+    assert [e.type for e in typed] == [
+        "user_message", "assistant_message", "assistant_message",
+        "turn_start", "assistant_message", "tool_call", "tool_result",
+        "assistant_message", "tool_call", "tool_result",
+        "assistant_message", "tool_call", "tool_result",
+        "assistant_message", "turn_end",
+        "user_message", "turn_start", "assistant_message", "tool_call",
+    ]  # fmt: skip
+    calls = [e.data for e in typed if e.type == "tool_call"]
+    assert [(c["id"], c["name"]) for c in calls] == [
+        ("toolu_01", "Bash"),
+        ("toolu_02", "Read"),
+        ("toolu_03", "Edit"),
+        ("toolu_04", "Bash"),
+    ]
+    last_call = [e for e in typed if e.type == "assistant_message"][-1].data["tool_calls"]
+    assert last_call == [{"id": "toolu_04", "name": "Bash", "arguments": {"command": "./deploy.sh --prod"}}]
+    # The messages view: the conversation as a model saw it, the tool results in place.
+    messages = j.messages(sid)
+    assert [(m.role, m.tool_call_id) for m in messages if m.role == "tool"] == [
+        ("tool", "toolu_01"),
+        ("tool", "toolu_02"),
+        ("tool", "toolu_03"),
+    ]
+    assert messages[0].content == "Find the failing test — ünïcode ✓ and fix it"
+    assert messages[1].reasoning == "Run the tests first."
+    assert messages[-1].tool_calls[0]["id"] == "toolu_04"
+    assert [m.tool_call_id for m in j.provider_view(sid).missing] == ["toolu_04"]
+    # The restart scan (from another connection): one open turn, owing the deploy, which MAY have run.
+    with fresh(readonly=True) as reader:
+        report = reader.scan()
+    assert [(t.session_id, t.turn, [c.call_id for c in t.owed]) for t in report.open_turns] == [(sid, 2, ["toolu_04"])]
+    assert [(p.session_id, p.call_id, p.name) for p in report.pending_calls] == [(sid, "toolu_04", "Bash")]
+    assert j.check() == []
+    (recovered,) = j.recover()
+    synthetic, end = recovered.appended
+    assert synthetic.data["tool_call_id"] == "toolu_04" and synthetic.data["metadata"]["risk"] == "tool_outcome_unknown"
+    assert (end.type, end.data["reason"]) == ("turn_end", "interrupted")
+    assert j.scan().clean and all(not r.appended for r in j.recover())  # idempotent (G8)
+    assert run(store.load(key())) == entries  # recovery wrote typed events only
+
+
+def test_repair_answers_the_orphan_tool_use_in_claudes_own_shape_once(store: JournalSessionStore) -> None:
+    entries = coding_session()
+    run(store.append(key(), entries))
+    repaired = run(store.repair(key()))
+    assert [b["tool_use_id"] for r in repaired for b in r["message"]["content"]] == ["toolu_04"]
+    (entry,) = repaired
+    assert entry["type"] == "user" and entry["parentUuid"] == entries[-1]["uuid"] and entry["sessionId"] == SID
+    block = entry["message"]["content"][0]
+    assert block["is_error"] is True and "MAY have run" in block["content"]
+    assert run(store.repair(key())) == []  # idempotent: nothing more to repair
+    loaded = run(store.load(key()))
+    assert loaded == [*entries, entry]
+    asked = {
+        b["id"] for e in loaded if e["type"] == "assistant" for b in e["message"]["content"] if b["type"] == "tool_use"
+    }
+    answered = {b["tool_use_id"] for e in loaded if e["type"] == "user" and isinstance(e["message"]["content"], list)
+                for b in e["message"]["content"] if b["type"] == "tool_result"}  # fmt: skip
+    assert asked == answered  # no orphan tool_use left for the provider to refuse
+    j, sid = store.journal, journal_session_id(key())
+    assert j.scan().clean and j.check() == []
+    results = [e for e in j.events(sid) if e.type in ("tool_result", "tool_result_late")]
+    assert [e.type for e in results] == ["tool_result"] * 4  # the repair entry's result is the synthetic one
+    # Claude resumes: the next turn is derived as usual.
+    t = Transcript(SID, seed="after")
+    t.parent = entry["uuid"]
+    t.say("The deploy may have run; please check before I retry.")
+    run(store.append(key(), t.entries))
+    assert j.scan().clean and j.check() == []
+
+
+def test_a_result_for_an_unknown_call_is_stored_verbatim_and_left_out_of_the_typed_layer(
+    store: JournalSessionStore,
+) -> None:
+    t = Transcript(SID)
+    t.user("hi")
+    t.result("toolu_elsewhere", "from another transcript")
+    t.tool_use("toolu_a", "Bash", command="true")
+    t.tool_use("toolu_a", "Bash", command="true")  # the same call id again: the first request stands
+    t.result("toolu_a", "ok")
+    t.result("toolu_a", "ok, again")  # a second result: kept as late evidence (G5)
+    t.say("done")
+    run(store.append(key(), t.entries))
+    j, sid = store.journal, journal_session_id(key())
+    assert run(store.load(key())) == t.entries
+    typed = [e.type for e in j.events(sid) if not e.type.startswith("x.")]
+    assert typed == [
+        "user_message", "turn_start", "assistant_message", "tool_call", "tool_result", "tool_result_late",
+        "assistant_message", "turn_end",
+    ]  # fmt: skip
+    assert j.scan().clean and j.check() == []
+
+
+def test_the_sdks_own_store_helpers_read_list_rename_and_delete_through_the_journal(
+    tmp_path: Path, store: JournalSessionStore
+) -> None:
+    directory = str(tmp_path / "proj")
+    project = project_key_for_directory(directory)
+    other = "7d2b0a4f-3c5e-4f90-8b1c-2d3e4f5a6b7c"
+    run(store.append(key(project=project), coding_session(crash=False)))
+    run(store.append(key(other, project=project), coding_session(other, seed="o", crash=False)))
+    run(store.append(key(project=project, subpath="subagents/agent-1"), coding_session(seed="s")))
+    messages = run(get_session_messages_from_store(store, SID, directory=directory))
+    assert messages[0].type == "user" and messages[-1].message["content"][0]["text"] == "Deployed."
+    run(rename_session_via_store(store, SID, "Fix and deploy", directory=directory))
+    infos = {i.session_id: i for i in run(list_sessions_from_store(store, directory=directory))}
+    assert set(infos) == {SID, other}
+    assert infos[SID].summary == "Fix and deploy" and infos[other].first_prompt.startswith("Find the failing test")
+    run(delete_session_via_store(store, SID, directory=directory))
+    assert run(store.load(key(project=project))) is None
+    assert run(store.load(key(project=project, subpath="subagents/agent-1"))) is None
+    assert [s["session_id"] for s in run(store.list_sessions(project))] == [other]
+    assert [s["session_id"] for s in run(store.list_session_summaries(project))] == [other]
+    # Purged, not hidden: the journal holds nothing of the deleted sessions (G3's one exception).
+    assert [s.id for s in store.journal.sessions()] == [journal_session_id(key(other, project=project))]
+
+
+def test_delete_of_a_subpath_removes_only_it_and_a_journal_fork_keeps_its_own_copy(store: JournalSessionStore) -> None:
+    run(store.append(key(), coding_session(crash=False)))
+    run(store.append(key(subpath="subagents/agent-1"), [{"type": "user", "uuid": "s1", "message": {"content": "x"}}]))
+    run(store.delete(key(subpath="subagents/agent-1")))
+    assert run(store.list_subkeys(key())) == [] and run(store.load(key())) is not None
+    j = store.journal
+    fork = j.fork(journal_session_id(key()), id="my-fork").id
+    run(store.delete(key()))
+    assert run(store.load(key())) is None and run(store.list_sessions("-home-ada-proj")) == []
+    assert [e.data["entry"] for e in j.events(fork, types=[ENTRY])] == coding_session(crash=False)
+
+
+# -- two processes ----------------------------------------------------------------------------------------
+
+
+RACER = """
+import asyncio, json, logging, sys, time
+from journal.adapters import claude
+from journal.adapters.claude import JournalSessionStore
+
+path, size, slot_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+if sys.argv[5] == "index-only":
+    claude.MAX_ROUNDS = 0  # no plan: the entries alone, deduplicated by the unique index only
+with open(sys.argv[4]) as f:
+    entries = json.load(f)
+key = {"project_key": "-home-ada-proj", "session_id": entries[0]["sessionId"]}
+outcomes = {"appended": 0, "moved": 0}
+
+class Count(logging.Handler):  # the adapter logs each append it wrote, and each plan it redid
+    def emit(self, record):
+        text = record.getMessage()
+        if "appended" in text:
+            outcomes["appended"] += 1
+        elif "planning again" in text:
+            outcomes["moved"] += 1
+
+logger = logging.getLogger("journal.adapters.claude")
+logger.setLevel(logging.DEBUG)
+logger.addHandler(Count())
+
+async def main():
+    with JournalSessionStore(path) as store:
+        print("ready", flush=True)
+        start = float(sys.stdin.readline())  # the same instant for both racers
+        for n, i in enumerate(range(0, len(entries), size)):
+            # lockstep (slot_s > 0): both processes append batch n at the same instant
+            while time.time() < start + n * slot_s:
+                time.sleep(0.0005)
+            batch = entries[i : i + size]
+            await store.append(key, batch)
+            await store.append(key, batch[: size // 2 + 1])  # a retried (timed-out) batch, in part
+    print(json.dumps(outcomes))
+
+asyncio.run(main())
+"""
+
+
+def race_transcript() -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = []
+    for round_ in range(6):  # twelve turns with tools
+        t = Transcript(SID, seed=f"r{round_}")
+        t.parent = entries[-1]["uuid"] if entries else None
+        for k in range(2):
+            t.user(f"step {round_}.{k}")
+            t.tool_use(f"toolu_{round_}_{k}", "Bash", command=f"echo {round_}{k}")
+            t.result(f"toolu_{round_}_{k}", f"{round_}{k}")
+            t.say(f"did {round_}.{k}")
+        entries += t.entries
+    return entries
+
+
+@pytest.mark.parametrize(
+    ("sizes", "slot_s", "mode"),
+    [((3, 3), 0.04, "derive"), ((3, 5), 0.0, "derive"), ((3, 3), 0.04, "index-only")],
+    ids=["lockstep-same-batches", "free-run-straddling-batches", "lockstep-index-only"],
+)
+def test_two_processes_appending_the_same_entries_store_each_uuid_once_in_order(
+    tmp_path: Path, sizes: tuple[int, int], slot_s: float, mode: str
+) -> None:
+    path = tmp_path / "race.db"
+    entries = race_transcript()
+    with JournalSessionStore(path):
+        pass  # the file exists before the racers open it
+    (tmp_path / "entries.json").write_text(json.dumps(entries))
+    racers = [
+        python_child(
+            RACER, str(path), str(size), str(slot_s), str(tmp_path / "entries.json"), mode, stdin=subprocess.PIPE
+        )
+        for size in sizes
+    ]
+    for racer in racers:  # both imported and opened: now start them together
+        assert racer.stdout is not None and racer.stdout.readline() == "ready\n", racer.stderr
+    start = time.time() + 0.1
+    for racer in racers:
+        assert racer.stdin is not None
+        racer.stdin.write(f"{start}\n")
+        racer.stdin.flush()
+    outcomes = []
+    for racer in racers:
+        out, err = racer.communicate(timeout=120)
+        assert racer.returncode == 0, err
+        outcomes.append(json.loads(out))
+    if slot_s and mode == "derive":
+        # The same batch at the same instant from both: exactly one append wrote it.
+        assert sum(o["appended"] for o in outcomes) == len(range(0, len(entries), sizes[0]))
+    with JournalSessionStore(path) as store:
+        assert run(store.load(key())) == entries  # each once, in the one order both appended
+        j, sid = store.journal, journal_session_id(key())
+        events = j.events(sid)
+        keys = [e.key for e in events if e.key is not None]
+        assert sorted(keys) == sorted(e["uuid"] for e in entries) and len(set(keys)) == len(keys)
+        typed = [e.type for e in events if not e.type.startswith("x.")]
+        assert j.check() == []
+        if mode == "index-only":
+            assert typed == []  # the entries alone
+            return
+        assert typed.count("tool_call") == typed.count("tool_result") == 12
+        assert typed.count("turn_start") == typed.count("turn_end") == 12
+        assert "tool_result_late" not in typed
+        assert j.check() == [] and j.scan().clean
+
+
+# -- limits and the event loop ----------------------------------------------------------------------------
+
+
+def test_g12_an_entry_the_journal_cannot_hold_is_refused_and_nothing_of_its_batch_is_written(tmp_path: Path) -> None:
+    with JournalSessionStore(tmp_path / "small.db", max_event_bytes=4096) as store:
+        entries = coding_session()
+        run(store.append(key(), entries[:2]))
+        huge = {"type": "user", "uuid": "huge", "message": {"role": "user", "content": "x" * 5000}}
+        with pytest.raises(journal.InvalidEvent):
+            run(store.append(key(), [entries[2], huge]))
+        assert run(store.load(key())) == entries[:2]
+        run(store.append(key(), entries[2:]))  # the SDK goes on with later batches
+        assert run(store.load(key())) == entries
+
+
+def test_async_appends_wait_for_the_write_lock_off_the_event_loop(db_path: Path) -> None:
+    import threading
+
+    import apsw
+
+    async def scenario(store: JournalSessionStore) -> tuple[float, int]:
+        holder = apsw.Connection(str(db_path))
+        holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock for 0.3 s
+        threading.Timer(0.3, lambda: holder.execute("ROLLBACK")).start()
+        ticks, gaps = 0, [0.0]
+        loop = asyncio.get_running_loop()
+        append = asyncio.ensure_future(store.append(key(), coding_session()))
+        last = loop.time()
+        while not append.done():
+            await asyncio.sleep(0.005)
+            now = loop.time()
+            gaps.append(now - last)
+            last, ticks = now, ticks + 1
+        await append
+        holder.close()
+        return max(gaps), ticks
+
+    with JournalSessionStore(db_path) as store:
+        run(store.append(key(subpath="subagents/warm-up"), [{"type": "x"}]))  # the file and its schema exist
+        worst_gap, ticks = run(scenario(store))
+        assert ticks >= 20 and worst_gap < 0.1  # the loop ran all along the 0.3 s wait
+        assert run(store.load(key())) == coding_session()
