@@ -604,19 +604,7 @@ class SqliteStore:
                 with self._batch.savepoint(operation, synced=synced, commit=commit) as db:
                     yield db
                 return
-            if self._in_txn:
-                raise RuntimeError("journal: nested write transaction (use a *_txn helper)")
-            # SQLite fixes a commit's safety level outside the transaction only.
-            upgrade = synced and self.durability is not Durability.FULL
-            try:
-                if upgrade:
-                    conn.pragma("synchronous", "FULL")
-                conn.execute("BEGIN IMMEDIATE")
-            except apsw.Error as exc:
-                if upgrade:
-                    self._restore_synchronous()
-                raise self._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
-            self._in_txn = True
+            upgrade = self._begin(conn, operation, synced=synced)
             db = SqliteDatabase(conn)
             try:
                 try:
@@ -700,18 +688,7 @@ class SqliteStore:
         """
         with self._lock:
             conn = self._checked()
-            if self._in_txn:
-                raise RuntimeError("journal: nested write transaction (use a *_txn helper)")
-            upgrade = synced and self.durability is not Durability.FULL
-            try:
-                if upgrade:
-                    conn.pragma("synchronous", "FULL")
-                conn.execute("BEGIN IMMEDIATE")
-            except apsw.Error as exc:
-                if upgrade:
-                    self._restore_synchronous()
-                raise self._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
-            self._in_txn = True
+            upgrade = self._begin(conn, operation, synced=synced)
             batch = self._batch = _Batch(self, conn, synced=synced or self.durability is Durability.FULL)
             try:
                 try:
@@ -738,6 +715,24 @@ class SqliteStore:
                 self._in_txn = False
                 if upgrade:
                     self._restore_synchronous()
+
+    def _begin(self, conn: apsw.Connection, operation: str, *, synced: bool) -> bool:
+        """``BEGIN IMMEDIATE`` (under the store's lock), with ``synchronous=FULL`` first when
+        ``synced`` asks more than the journal's durability gives; whether it was raised."""
+        if self._in_txn:
+            raise RuntimeError("journal: nested write transaction (use a *_txn helper)")
+        # SQLite fixes a commit's safety level outside the transaction only.
+        upgrade = synced and self.durability is not Durability.FULL
+        try:
+            if upgrade:
+                conn.pragma("synchronous", "FULL")
+            conn.execute("BEGIN IMMEDIATE")
+        except apsw.Error as exc:
+            if upgrade:
+                self._restore_synchronous()
+            raise self._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
+        self._in_txn = True
+        return upgrade
 
     def _restore_synchronous(self) -> None:
         try:

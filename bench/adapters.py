@@ -1,0 +1,305 @@
+"""The adapters against each framework's own SQLite backend, per step of a one-tool agent loop.
+
+    python bench/adapters.py [--steps 200] [--rounds 3] [--json]
+
+A step is one user turn of a scripted (offline) agent: the model asks for one tool, the tool
+runs, the model answers. Each contender runs ``--steps`` steps on one conversation in a fresh
+file (WAL, synchronous=FULL for all: the journal's ``durability="full"``, the backends' SQLite
+connections set to FULL by the bench), and the figures are the median time per step over the
+rounds and the bytes on disk (database + WAL, after a checkpoint) at the end.
+
+- openai-agents: ``Runner.run`` with ``JournalSession`` and its hooks (``journal_run``: the
+  dispatch is committed before the tool runs) against ``Runner.run`` with ``SQLiteSession``.
+- LangGraph: an agent -> tools loop with ``MessagesState``, invoked with ``durability="sync"``,
+  on ``JournalSaver`` against ``SqliteSaver``.
+- Claude Agent SDK: a step's transcript entries (user, assistant with a ``tool_use``, user with
+  its ``tool_result``, assistant), appended one at a time (the SDK's eager flush) through
+  ``JournalSessionStore``, against the SDK's own ``InMemorySessionStore`` (the SDK ships no
+  SQLite store: a store that writes nothing to disk, shown for scale only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def file_bytes(path: Path) -> int:
+    return sum(os.path.getsize(p) for p in (path, Path(f"{path}-wal")) if p.exists())
+
+
+def checkpoint_file(path: Path) -> None:
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+
+
+# -- openai-agents ---------------------------------------------------------------------------------
+
+
+def _openai_parts() -> tuple[Any, Any]:
+    from agents import Agent, function_tool, set_tracing_disabled
+    from agents.items import ModelResponse
+    from agents.models.interface import Model
+    from agents.testing.model import assistant_message, function_call
+    from agents.usage import Usage
+
+    set_tracing_disabled(True)
+
+    class OneTool(Model):
+        """Asks for ``lookup`` once per user message, then answers with its output."""
+
+        async def get_response(self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any) -> ModelResponse:
+            items = [{"role": "user", "content": input}] if isinstance(input, str) else list(input)
+            last = items[-1]
+            if last.get("type") == "function_call_output":
+                output = [assistant_message(f"It is {last['output']}.")]
+            else:
+                calls = sum(1 for i in items if i.get("type") == "function_call")
+                output = [function_call("lookup", {"city": "Lyon"}, call_id=f"call-{calls + 1}")]
+            return ModelResponse(output=output, usage=Usage(), response_id=None)
+
+        def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError
+
+    @function_tool
+    def lookup(city: str) -> str:
+        """Look the weather up."""
+        return f"sunny in {city}"
+
+    return Agent(name="weather", model=OneTool(), tools=[lookup]), Agent
+
+
+def openai_journal(path: Path, steps: int) -> list[float]:
+    from journal.adapters.openai_agents import JournalSession, journal_run
+
+    agent, _ = _openai_parts()
+
+    async def run() -> list[float]:
+        session = JournalSession("user-1", path)
+        times = []
+        for step in range(steps):
+            start = time.perf_counter()
+            await journal_run(agent, f"weather, step {step}?", session=session)
+            times.append(time.perf_counter() - start)
+        session.close()
+        return times
+
+    return asyncio.run(run())
+
+
+def openai_sqlite(path: Path, steps: int) -> list[float]:
+    from agents import Runner, SQLiteSession
+
+    agent, _ = _openai_parts()
+    configure = SQLiteSession._configure_connection
+
+    def full(conn: sqlite3.Connection) -> None:  # equal durability: WAL (its own) + synchronous=FULL
+        configure(conn)
+        conn.execute("PRAGMA synchronous=FULL")
+
+    async def run() -> list[float]:
+        session = SQLiteSession("user-1", str(path))
+        times = []
+        for step in range(steps):
+            start = time.perf_counter()
+            await Runner.run(agent, f"weather, step {step}?", session=session)
+            times.append(time.perf_counter() - start)
+        session.close()
+        return times
+
+    SQLiteSession._configure_connection = staticmethod(full)  # type: ignore[method-assign]
+    try:
+        return asyncio.run(run())
+    finally:
+        SQLiteSession._configure_connection = staticmethod(configure)  # type: ignore[method-assign]
+
+
+# -- LangGraph -------------------------------------------------------------------------------------
+
+
+def _graph(checkpointer: Any) -> Any:
+    from langchain_core.language_models.chat_models import BaseChatModel
+    from langchain_core.messages import AIMessage, BaseMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langchain_core.tools import tool
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    class OneTool(BaseChatModel):
+        @property
+        def _llm_type(self) -> str:
+            return "scripted"
+
+        def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
+            last = messages[-1]
+            if last.type == "human":
+                answer = AIMessage("", tool_calls=[{"id": f"call-{len(messages)}", "name": "lookup", "args": {"city": "Lyon"}}])
+            else:
+                answer = AIMessage(f"It is {last.content}.")
+            return ChatResult(generations=[ChatGeneration(message=answer)])
+
+    @tool
+    def lookup(city: str) -> str:
+        """Look the weather up."""
+        return f"sunny in {city}"
+
+    model = OneTool()
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
+    builder.add_node("tools", ToolNode([lookup]))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=checkpointer)
+
+
+def _run_graph(graph: Any, steps: int) -> list[float]:
+    config = {"configurable": {"thread_id": "t1"}}
+    times = []
+    for step in range(steps):
+        start = time.perf_counter()
+        graph.invoke({"messages": [("user", f"weather, step {step}?")]}, config, durability="sync")
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def langgraph_journal(path: Path, steps: int) -> list[float]:
+    from journal.adapters.langgraph import JournalSaver
+
+    saver = JournalSaver(str(path))
+    try:
+        return _run_graph(_graph(saver), steps)
+    finally:
+        saver.close()
+
+
+def langgraph_sqlite(path: Path, steps: int) -> list[float]:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    conn = sqlite3.connect(path, check_same_thread=False)
+    saver = SqliteSaver(conn)
+    saver.setup()
+    conn.execute("PRAGMA synchronous=FULL")
+    try:
+        return _run_graph(_graph(saver), steps)
+    finally:
+        conn.close()
+
+
+# -- Claude Agent SDK --------------------------------------------------------------------------------
+
+
+def _claude_step(step: int) -> list[dict[str, Any]]:
+    """One step's transcript entries, as the SDK mirrors them: the question, the assistant's
+    ``tool_use``, its ``tool_result``, the answer."""
+    session = "3f6c2a1e-9b8d-4c7e-a5f4-0e1d2c3b4a59"
+
+    def entry(n: int, kind: str, content: object) -> dict[str, Any]:
+        return {
+            "type": kind, "uuid": f"00000000-0000-4000-8000-{step * 4 + n:012d}", "sessionId": session,
+            "timestamp": "2025-06-01T10:00:00.000Z", "message": {"role": kind, "content": content},
+        }  # fmt: skip
+
+    call = f"toolu_{step}"
+    return [
+        entry(0, "user", f"weather, step {step}?"),
+        entry(1, "assistant", [{"type": "tool_use", "id": call, "name": "lookup", "input": {"city": "Lyon"}}]),
+        entry(2, "user", [{"type": "tool_result", "tool_use_id": call, "content": "sunny in Lyon"}]),
+        entry(3, "assistant", [{"type": "text", "text": "It is sunny in Lyon."}]),
+    ]
+
+
+def _claude_run(store: Any, steps: int) -> list[float]:
+    key = {"project_key": "-home-ada-shop", "session_id": "3f6c2a1e-9b8d-4c7e-a5f4-0e1d2c3b4a59"}
+
+    async def run() -> list[float]:
+        times = []
+        for step in range(steps):
+            start = time.perf_counter()
+            for one in _claude_step(step):  # the SDK's eager flush: an entry at a time
+                await store.append(key, [one])
+            times.append(time.perf_counter() - start)
+        return times
+
+    return asyncio.run(run())
+
+
+def claude_journal(path: Path, steps: int) -> list[float]:
+    from journal.adapters.claude import JournalSessionStore
+
+    store = JournalSessionStore(str(path))
+    try:
+        return _claude_run(store, steps)
+    finally:
+        store.close()
+
+
+def claude_memory(path: Path, steps: int) -> list[float]:
+    from claude_agent_sdk import InMemorySessionStore
+
+    path.touch()  # (nothing on disk: the SDK's reference store keeps the entries in memory)
+    return _claude_run(InMemorySessionStore(), steps)
+
+
+CONTENDERS: dict[str, dict[str, Callable[[Path, int], list[float]]]] = {
+    "openai-agents": {"JournalSession + hooks": openai_journal, "SQLiteSession": openai_sqlite},
+    "LangGraph": {"JournalSaver": langgraph_journal, "SqliteSaver": langgraph_sqlite},
+    "Claude SDK": {"JournalSessionStore": claude_journal, "InMemorySessionStore": claude_memory},
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    result: dict[str, Any] = {"steps": args.steps}
+    with tempfile.TemporaryDirectory() as tmp:
+        for framework, contenders in CONTENDERS.items():
+            times: dict[str, list[float]] = {name: [] for name in contenders}
+            sizes: dict[str, int] = {}
+            for r in range(args.rounds):
+                names = list(contenders)[:: 1 if r % 2 == 0 else -1]
+                for name in names:
+                    path = Path(tmp) / f"{framework}-{name}-{r}.db".replace(" ", "_")
+                    times[name].append(statistics.median(contenders[name](path, args.steps)))
+                    if path.stat().st_size:
+                        checkpoint_file(path)
+                    sizes[name] = file_bytes(path)
+                print(f"{framework}: round {r + 1}/{args.rounds}", file=sys.stderr)
+            journal_name, backend = list(contenders)
+            result[framework] = {
+                name: {"ms per step": statistics.median(times[name]) * 1000, f"bytes after {args.steps} steps": sizes[name]}
+                for name in contenders
+            }
+            result[framework]["time, backend / journal"] = statistics.median(times[backend]) / statistics.median(
+                times[journal_name]
+            )
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"one-tool agent loop, {args.steps} steps, synchronous=FULL everywhere; medians of {args.rounds} rounds")
+    for framework in CONTENDERS:
+        for name, figures in result[framework].items():
+            if isinstance(figures, dict):
+                print(
+                    f"  {framework:14} {name:24} {figures['ms per step']:7.3f} ms/step  "
+                    f"{figures[f'bytes after {args.steps} steps']:>11,} B on disk"
+                )
+        print(f"  {framework:14} backend time / journal time: {result[framework]['time, backend / journal']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
