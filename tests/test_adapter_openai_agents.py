@@ -772,6 +772,181 @@ def test_g9_killed_right_after_a_payment_the_repaired_session_never_pays_twice(t
         assert [m.role for m in j.messages("bot-1")][-2:] == ["user", "assistant"]
 
 
+KILLED_AT = """
+import asyncio, os, signal, sys
+from agents import set_tracing_disabled
+from journal.adapters.openai_agents import JournalSession, journal_run
+from tests.test_adapter_openai_agents import ScriptedModel, cashier, make_agent
+
+db, ledger, model_call = sys.argv[1:4]
+set_tracing_disabled(True)
+
+
+class DiesInCall(ScriptedModel):
+    async def get_response(self, *args, **kwargs):
+        if len(self.inputs) + 1 == int(model_call or 0):
+            os.kill(os.getpid(), signal.SIGKILL)  # the model is being asked: nothing answered
+        return await super().get_response(*args, **kwargs)
+
+
+session = JournalSession("bot-1", db)
+asyncio.run(journal_run(make_agent(DiesInCall(cashier), ledger), "Pay the 42 euro invoice.", session=session))
+print("not killed")
+"""
+
+# Where a run of the cashier commits (JOURNAL_CRASH_AT points), and whether the tool has paid
+# by then: the input; the turn; the step with the answer asking to pay; the dispatch (G6: the
+# tool runs after it); the result; the step's items with step_end; the answer with turn_end.
+COMMIT_POINTS = [
+    ("append_many.after_commit:1", False),
+    ("turn_start.after_commit", False),
+    ("append_many.before_commit:2", False),
+    ("append_many.after_commit:2", False),
+    ("dispatch.before_commit", False),
+    ("dispatch.after_commit", False),  # the tool has not run yet: the kill comes first
+    ("put_result.before_commit", True),
+    ("put_result.after_commit", True),
+    ("append_many.after_commit:3", True),
+    ("append_many.before_commit:4", True),
+]
+
+
+def _second_run_after_repair(db: Path, ledger: Ledger) -> tuple[Any, Any]:
+    """Repair the killed session, check it is idempotent, and run the cashier again."""
+    session = JournalSession("bot-1", db)
+    fixed = run(repair(session))
+    assert run(repair(session)).added == ()
+    model = ScriptedModel(cashier)
+    result = run(journal_run(make_agent(model, ledger.path), "Did the payment go through?", session=session))
+    assert all(orphans(sent) == [] for sent in model.inputs)  # no provider 400
+    session.close()
+    with journal.open(db, readonly=True) as j:
+        assert j.scan().clean and j.check() == [] and j.integrity_check() == ["ok"]
+    return fixed, result
+
+
+@pytest.mark.parametrize("model_call", [1, 2])
+def test_killed_during_a_model_call_the_turn_has_no_open_step_and_repair_closes_it(
+    tmp_path: Path, model_call: int
+) -> None:
+    db, ledger = tmp_path / "j.db", Ledger(tmp_path / "ledger.jsonl")
+    done = run_child(KILLED_AT, str(db), str(ledger.path), str(model_call))
+    assert done.returncode == -signal.SIGKILL, done.stdout + done.stderr
+    with journal.open(db) as j:
+        report = j.scan()
+        assert report.sessions == ["bot-1"] and report.pending_calls == ()
+        state = j.turn_state("bot-1")
+        # Nothing is written on the way to the model: the turn's steps are all closed.
+        assert state is not None and not state.step_open and state.steps == model_call - 1
+    fixed, result = _second_run_after_repair(db, ledger)
+    assert fixed.added == ()  # the runner had saved the first step's call with its output
+    assert [e.type for e in fixed.recovered] == ["turn_end"] and fixed.recovered[0].data["reason"] == "interrupted"
+    assert ledger.count(call="pay") == 1  # paid in the second run (1) or in the first, not again (2)
+    if model_call == 2:
+        assert result.final_output.startswith("Not paying again")
+
+
+@pytest.mark.parametrize("point, paid", COMMIT_POINTS)
+def test_killed_at_any_commit_of_a_run_repair_leaves_no_orphan_and_never_pays_twice(
+    tmp_path: Path, point: str, paid: bool
+) -> None:
+    db, ledger = tmp_path / "j.db", Ledger(tmp_path / "ledger.jsonl")
+    done = run_child(KILLED_AT, str(db), str(ledger.path), "", env={"JOURNAL_CRASH_AT": point})
+    assert done.returncode == -signal.SIGKILL, done.stdout + done.stderr
+    assert ledger.count(call="pay") == int(paid)
+    with journal.open(db) as j:
+        dispatched = {c.call_id for c in j.scan().pending_calls}
+    fixed, result = _second_run_after_repair(db, ledger)
+    outputs = [i["output"] for i in fixed.added if i["type"] == "function_call_output"]
+    if paid or dispatched:  # the call may have run: the model is told so, and does not pay again
+        assert ledger.count(call="pay") == int(paid) and result.final_output.startswith("Not paying again")
+        assert all(o == "paid 4200 cents" or "MAY have run" in o for o in outputs)
+    else:
+        assert ledger.count(call="pay") <= 1
+
+
+def test_a_one_tool_step_costs_seven_commits(tmp_path: Path) -> None:
+    """The hooks' bookkeeping rides on the writes a step needs: a regression shows up here."""
+    from journal import crash
+
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    session = JournalSession("s", tmp_path / "j.db")
+    commits: list[str] = []
+
+    def seen(point: str) -> None:
+        if point.endswith(".after_commit"):
+            commits.append(point.partition(".")[0])
+
+    async def steps() -> list[list[str]]:
+        per_step = []
+        for n in range(3):
+            agent = make_agent(ScriptedModel(cashier_per_message), ledger.path)
+            with crash.observing(seen):
+                await journal_run(agent, f"pay invoice {n}", session=session)
+            per_step.append(sorted(commits))
+            commits.clear()
+        return per_step
+
+    per_step = run(steps())
+    session.close()
+    expected = sorted(["append_many"] * 4 + ["turn_start", "dispatch", "put_result"])
+    assert per_step[1:] == [expected, expected]  # the first step also creates the session
+    assert per_step[0] == sorted(expected + ["create_session"])
+    with journal.open(tmp_path / "j.db", readonly=True) as j:
+        assert j.scan().clean and j.check() == []
+        assert ledger.count(call="pay") == 3
+
+
+def cashier_per_message(items: list[Any]) -> list[Any]:
+    """Pays once per user message: a call after it, then an answer once the call has output."""
+    if items[-1].get("type") == "function_call_output":
+        return [assistant_message(f"Paid: {items[-1]['output']}")]
+    calls = sum(1 for i in items if i.get("type") == "function_call")
+    return [function_call("pay", {"cents": 100}, call_id=f"pay-{calls + 1}")]
+
+
+def test_a_write_by_someone_else_during_the_turn_is_checked_and_a_closed_turn_is_not_written_to(tmp_path: Path) -> None:
+    """The hooks fence their bookkeeping by the session's count: another writer's event sends
+    the write through a read of the turn, which goes on while the turn is the run's and raises
+    ``LeaseLost`` once recovery closed it (nothing of the run lands after its turn_end)."""
+    path = tmp_path / "j.db"
+    mode: list[str] = ["note"]
+
+    @function_tool
+    def pay(cents: int) -> str:
+        """Pay."""
+        with journal.open(path) as other:  # another connection, as another process would be
+            if mode[0] == "note":
+                other.append("s", "x.note", {"by": "someone else"})
+            else:
+                other.recover("s")  # this process owns the turn, so recovery closes it
+        return f"paid {cents}"
+
+    session = JournalSession("s", path)
+    agent = Agent(name="a", model=ScriptedModel(cashier_per_message), tools=[pay])
+    run(journal_run(agent, "pay", session=session))
+    with journal.open(path, readonly=True) as j:
+        typed = [e.type for e in j.events("s") if e.type != ITEM]
+        assert typed == [
+            "user_message", "turn_start", "step_start", "assistant_message", "tool_call", "x.note", "tool_result",
+            "step_end", "step_start", "assistant_message", "step_end", "turn_end",
+        ]  # fmt: skip
+        assert j.scan().clean and j.check() == []
+        assert [e.data["reason"] for e in j.events("s", types=["turn_end"])] == ["complete"]
+
+    mode[0] = "recover"
+    with pytest.raises(journal.LeaseLost):
+        run(journal_run(agent, "pay again", session=session))
+    with journal.open(path, readonly=True) as j:
+        events = j.events("s")
+        (end,) = [e for e in events if e.type == "turn_end" and e.data["reason"] == "interrupted"]
+        after = [e.type for e in events if e.seq > end.seq]
+        assert "step_end" not in after and "turn_end" not in after  # not written to a closed turn
+        assert j.scan().clean and j.check() == []
+    assert orphans(run(session.get_items())) == []
+    session.close()
+
+
 def test_the_example_runs_offline_and_pays_once(tmp_path: Path) -> None:
     example = Path(__file__).resolve().parent.parent / "examples" / "openai_agents_bot.py"
     done = run_child(example.read_text(), str(tmp_path / "agent.db"))

@@ -30,6 +30,25 @@ a ``tool_call`` event committed and synced *before* the tool body runs (G6). If 
 the hook raises and the SDK does not run the tool. The tool's output is recorded as its
 ``tool_result`` when the tool returns, before the runner saves it to the session.
 
+What it costs. The step and turn events ride on the writes a run makes anyway: a step opens in
+the transaction of the answer that asks for tools (or of the items of a plain answer), closes in
+the transaction of the items the runner saves after the tools, and the turn ends in the
+transaction of the run's last items. Nothing is written on the way to the model, so a crash
+during a model call leaves an open turn whose steps are closed, which recovery closes as
+interrupted. A one-tool step (input, model asks for a tool, tool, answer) is seven commits: the
+input, ``turn_start``, step and answer, dispatch, result, the step's items with ``step_end``,
+the answer with ``turn_end``. Those bookkeeping writes are compare-and-append on the session's
+count, which stands in for the turn API's check of the handle's attempt (see
+``JournalRunHooks._fenced``); the dispatch keeps the turn API's own check.
+
+Durability. ``durability="full"`` (the default) makes each of those commits survive a power cut.
+``durability="normal"`` is the setting to choose for agents that can accept losing, on a power
+cut (not on a crash or ``kill -9``: those lose nothing), the commits since the last synced one.
+The dispatch is synced in both modes, and syncing it syncs the log before it, so the answer that
+asked for the call is never lost while its dispatch is kept; a power cut can take a tool's
+result, the items saved after it, a plain answer and the turn's end, and recovery then says the
+call MAY have run -- never that it did not.
+
 What ``repair`` does after a crash. It runs the journal's recovery for the session (a synthetic
 ``tool_result`` for every call the interrupted turn owes: "MAY have run" for a dispatched one,
 "did not run" for one never dispatched; then ``turn_end(interrupted)``), and then makes the
@@ -62,7 +81,10 @@ What it cannot do, honestly:
 - Opening a ``JournalSession`` from a path opens the file at once, on the calling thread (as
   ``SQLiteSession`` does); its methods then never wait on the disk on the event loop.
 - ``Runner.run_streamed`` calls the same session methods and hooks, but only ``Runner.run`` is
-  tested here.
+  tested here. Streamed chunks are not saved (no ``provider_started`` phase is recorded).
+- A run whose turn was closed under it (another process's ``recover(force=True)``) learns it at
+  its next write: after the model call that follows, not before it; the dispatch refuses the
+  tool in any case (``LeaseLost``). Its items are still saved, then ``LeaseLost`` is raised.
 """
 
 from __future__ import annotations
@@ -94,6 +116,7 @@ from journal.errors import (
     CountMismatch,
     InvalidArgument,
     JournalError,
+    LeaseLost,
     SessionExists,
     SessionNotFound,
     TurnHeld,
@@ -372,10 +395,22 @@ class JournalSession:
         if not items:
             return
         await self._ensure()
-        await self._call("append_many", self.journal_id, _derive(list(items)))
+        batch = _derive(list(items))
         hooks = self._hooks
-        if hooks is not None and hooks.ending:
-            await hooks.finish()  # the run's last items are saved: its turn ends here
+        if hooks is None or hooks._turn is None:
+            await self._call("append_many", self.journal_id, batch)
+            return
+        # Inside the hooks' turn: the step's bookkeeping goes in the same transaction -- the
+        # step these items complete is closed with them, and the run's last items end the turn.
+        ending = hooks.ending
+        try:
+            await hooks._fenced(batch, close=True, ends=ending)
+        except LeaseLost:
+            await self._call("append_many", self.journal_id, batch)  # the items are kept all the same
+            raise
+        finally:
+            if ending:
+                hooks._forget()
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Take the last item back and return it (``None`` when there is none). Nothing is deleted:
@@ -454,10 +489,27 @@ class JournalSession:
 # -- the hooks -----------------------------------------------------------------------------------
 
 
+_Typed = tuple[str, dict[str, Any], str | None]
+
+
+@attrs.frozen
+class _Steps:
+    """Where the hooks' turn stands in the log (what the turn journal's row says), and the model
+    answer whose step is not written yet."""
+
+    steps: int = 0  # steps the log holds for the turn
+    open: bool = False  # the last of them has no step_end yet
+    unsaved: bool = False  # a plain answer arrived; its step is written with the items saved next
+
+
 class JournalRunHooks(RunHooks[Any]):
     """``RunHooks`` that record a run in the session's journal: its turn, a step per model call,
     the model's answer with its tool calls, the dispatch of each function tool (committed and
     synced before the tool runs: G6) and the tool's result.
+
+    The bookkeeping rides on the writes a step needs anyway, so a one-tool step costs seven
+    commits (the input, ``turn_start``, step and answer, dispatch, result, the step's items with
+    ``step_end``, the final items with their step and ``turn_end``): see ``_fenced``.
 
     One instance follows one run at a time of its session. Subclasses that override a hook call
     ``super()``'s. ``finish()`` closes the turn if the run ended without saving its last items
@@ -466,6 +518,10 @@ class JournalRunHooks(RunHooks[Any]):
     def __init__(self, session: JournalSession) -> None:
         self.session = session
         self._turn: Any = None  # the open turn's handle (a Turn or an AsyncTurn)
+        self._steps = _Steps()
+        self._count: int | None = None  # the session's event count after the hooks' last write
+        self._mine: set[int] = set()  # seqs the hooks wrote past ``_count`` (parallel tools)
+        self._running = 0  # tools dispatched that have not returned
         self._handoff = False
         self.ending = False  # the agent produced its final output; its items are saved next
         session._hooks = self
@@ -484,67 +540,178 @@ class JournalRunHooks(RunHooks[Any]):
             else:  # a run of these hooks ended without closing its turn (it raised)
                 await repair(self.session)
         await self.session._ensure()
-        self._turn = await self._call("turn_start", self.session.journal_id)
-        self.ending = False
+        turn = await self._call("turn_start", self.session.journal_id)
+        self._turn, self._steps, self._running, self.ending = turn, _Steps(), 0, False
+        self._count, self._mine = turn.start_seq + 1, set()
 
     async def on_handoff(self, context: Any, from_agent: Any, to_agent: Any) -> None:
         self._handoff = True
 
     async def on_llm_start(self, context: Any, agent: Any, system_prompt: str | None, input_items: list[Any]) -> None:
-        turn = self._turn
-        if turn is None:
-            return
-        if turn.step_number is not None:
-            await self._call("step_end", turn)
-        await self._call("step_start", turn)
-        await self._call("provider_started", turn)
+        # Nothing to write on the way to the model in a plain loop: the previous step was closed
+        # with its items, and this one is written with the answer. A crash during the call
+        # leaves an open turn whose steps are all closed: recovery closes it as interrupted.
+        if self._turn is not None and (self._steps.open or self._steps.unsaved):
+            await self._fenced([], close=True)  # a step that saved no items: closed now, as it was
 
     async def on_llm_end(self, context: Any, agent: Any, response: ModelResponse) -> None:
+        if self._turn is None:
+            return
         items = response.to_input_items()
-        if self._turn is None or not any(_get(i, "type") == "function_call" for i in items):
-            return  # a plain answer is recorded from the session's items, with them
+        if not any(_get(i, "type") == "function_call" for i in items):
+            # A plain answer is recorded from the session's items, with them (and its step).
+            self._steps = attrs.evolve(self._steps, unsaved=True)
+            return
         group = [i for i in items if isinstance(i, dict) and _is_assistant_side(i)]
         ((kind, data, key),) = _assistant(group, keep_items=True)
         usage = response.usage
         cached = getattr(usage.input_tokens_details, "cached_tokens", None) or 0
         data["usage"] = {"input": usage.input_tokens, "output": usage.output_tokens, "cache_read": cached}
-        await self._call("append", self.session.journal_id, kind, data, key=key)
+        # The step opens with the answer that asks for the calls, in one transaction, before
+        # any tool runs (each tool's dispatch is its own synced commit after this one).
+        await self._fenced([(kind, data, key)], opens=True)
 
     async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
         call_id = getattr(context, "tool_call_id", None)
         if self._turn is None or not isinstance(call_id, str):
             return
         try:
-            await self._call("dispatch", self.session.journal_id, call_id, turn=self._turn)
+            done = await self._call("dispatch", self.session.journal_id, call_id, turn=self._turn)
         except UnknownToolCall:
             # The answer was not seen here (a run resumed after an approval): record the call
             # first; a raise in this hook would keep the tool from running.
             item = _call_item(context)
             ((kind, data, key),) = _assistant([item], keep_items=True)
-            await self._call("append", self.session.journal_id, kind, data, key=key)
-            await self._call("dispatch", self.session.journal_id, call_id, turn=self._turn)
+            self._note(await self._call("append", self.session.journal_id, kind, data, key=key))
+            done = await self._call("dispatch", self.session.journal_id, call_id, turn=self._turn)
+        self._running += 1
+        self._note(done.event)
 
     async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: object) -> None:
         call_id = getattr(context, "tool_call_id", None)
         if self._turn is None or not isinstance(call_id, str):
             return
-        await self._call("put_result", self.session.journal_id, call_id, _output(context, tool, result))
+        self._running = max(0, self._running - 1)
+        outcome = await self._call("put_result", self.session.journal_id, call_id, _output(context, tool, result))
+        self._note(outcome.event, outcome.late)
 
     async def on_agent_end(self, context: Any, agent: Any, output: Any) -> None:
         self.ending = True  # the runner saves the final items next; add_items ends the turn
 
     async def finish(self) -> None:
-        """Close the run's turn (its open step first), if it is still open."""
-        turn, self._turn, self.ending, self._handoff = self._turn, None, False, False
-        if turn is None or turn.closed:
+        """Close the run's turn (its open step first), if it is still open: one transaction."""
+        if self._turn is None or self._turn.closed:
+            self._forget()
             return
-        if turn.step_number is not None:
-            await self._call("step_end", turn)
-        await self._call("turn_end", turn, reason="complete")
+        try:
+            await self._fenced([], ends=True)
+        finally:
+            self._forget()
 
     def _forget(self) -> None:
-        """Recovery closed the turn: the handle is no longer the run's."""
+        """The turn is closed (by these hooks or by recovery): the handle is no longer the run's."""
         self._turn, self.ending, self._handoff = None, False, False
+        self._steps, self._count, self._mine, self._running = _Steps(), None, set(), 0
+
+    # -- writing inside the turn -----------------------------------------------------------------
+
+    def _note(self, *events: Event | None) -> None:
+        """Count the hooks' own unconditional writes (dispatches, results): ``_count`` moves over
+        seqs the hooks wrote, contiguously, and stops at any seq another writer took."""
+        if self._count is None:
+            return
+        self._mine.update(e.seq for e in events if e is not None and not e.existing)
+        while self._count in self._mine:
+            self._mine.discard(self._count)
+            self._count += 1
+
+    async def _fenced(
+        self, payload: list[_Typed], *, opens: bool = False, close: bool = False, ends: bool = False
+    ) -> list[Event]:
+        """Append ``payload`` with the turn's bookkeeping around it, in one transaction fenced by
+        the session's event count (compare-and-append).
+
+        ``opens``: the payload is a model answer that opens the next step. Otherwise the payload
+        is items saved by the runner: a plain answer's step opens before them; ``close`` closes
+        the open step after them (unless a tool still runs), ``ends`` closes it and the turn.
+
+        Why the count is the fence: the turn API checks, in each of its transactions, that the
+        handle's attempt still holds the open turn. Here the hooks know the count after their
+        own last write; if the session still holds exactly that many events, no one wrote since
+        (a recovery closing the turn writes its ``turn_end``), so the turn is as the hooks left
+        it. When the count differs (or is unknown), the turn's row is read -- its attempt, that
+        it is the session's open turn, its steps -- and the write retried against the count
+        read before it; ``LeaseLost`` when the turn is no longer this attempt's. The dispatch,
+        which guards a tool's side effect, keeps the turn API's own check."""
+        turn, sid = self._turn, self.session.journal_id
+        count, steps = self._count, self._steps
+        for _ in range(_CAS_TRIES):
+            if count is None:
+                count, steps = await self._verify(steps)
+            batch, after = _bookkeep(
+                turn.turn, steps, payload, opens=opens, close=close and not self._running, ends=ends
+            )
+            if not batch:
+                return []
+            try:
+                events = await self._call("append_many", sid, batch, expected_count=count)
+            except CountMismatch:
+                count = None  # someone else wrote: read the turn and try again
+                continue
+            self._steps, self._mine = after, set()
+            self._count = count + sum(not e.existing for e in events)
+            if ends:
+                getattr(turn, "handle", turn).mark_closed()
+            return events
+        raise CountMismatch(sid, count if count is not None else -1, -1)  # pragma: no cover
+
+    async def _verify(self, steps: _Steps) -> tuple[int, _Steps]:
+        """The session's count, then its open turn's row: the turn must still be this attempt's.
+        Read in that order, a write conditional on the count also proves the row unchanged."""
+        turn, sid = self._turn, self.session.journal_id
+        count = await self._call("count", sid)
+        row = await self._call("turn_state", sid)
+        if row is None or row.start_seq != turn.start_seq or row.attempt != turn.attempt:
+            held = (
+                "the turn was closed"
+                if row is None or row.start_seq != turn.start_seq
+                else f"attempt {row.attempt} holds it"
+            )
+            raise LeaseLost(sid, turn.attempt, held)
+        return count, attrs.evolve(steps, steps=row.steps, open=row.step_open)
+
+
+def _bookkeep(
+    turn: int, steps: _Steps, payload: list[_Typed], *, opens: bool, close: bool, ends: bool
+) -> tuple[list[_Typed], _Steps]:
+    """The batch that writes ``payload`` inside the turn and the steps after it (pure)."""
+    number, is_open = steps.steps, steps.open
+    batch: list[_Typed] = []
+
+    def step_start() -> None:
+        nonlocal number, is_open
+        number, is_open = number + 1, True
+        batch.append(("step_start", {"turn": turn, "step": number}, None))
+
+    def step_end() -> None:
+        nonlocal is_open
+        is_open = False
+        batch.append(("step_end", {"turn": turn, "step": number, "outcome": "ok"}, None))
+
+    if opens:
+        if is_open:  # a step that saved nothing ends where the next answer begins
+            step_end()
+        step_start()
+        batch.extend(payload)
+        return batch, _Steps(number, True)
+    if steps.unsaved and not is_open and (payload or close or ends):
+        step_start()
+    batch.extend(payload)
+    if is_open and (close or ends):
+        step_end()
+    if ends:
+        batch.append(("turn_end", {"turn": turn, "steps": number, "reason": "complete"}, None))
+    return batch, _Steps(number, is_open, steps.unsaved and not batch)
 
 
 def _call_item(context: Any) -> dict[str, Any]:
