@@ -162,7 +162,7 @@ with journal.open(sys.argv[1]) as j:
 """
 
 
-def test_expected_count_from_two_processes_lets_exactly_one_append_at_each_count(tmp_path: Path) -> None:
+def test_g4_expected_count_from_two_processes_lets_exactly_one_append_at_each_count(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     with journal.open(path) as j:
         j.create_session("s")
@@ -241,7 +241,7 @@ def test_g1_keyed_state_survives_a_kill(tmp_path: Path) -> None:
         assert j.state("s", as_of=0) == {"channel": {"v": 2}, "raw": b"\x01"}  # both written after event 0
 
 
-def test_a_fork_inherits_the_state_as_of_its_fork_point_and_neither_sees_the_others_writes(j: journal.Journal) -> None:
+def test_g11_a_fork_inherits_the_state_as_of_its_fork_point_and_neither_sees_the_others_writes(j: journal.Journal) -> None:
     j.create_session("p")
     j.append_many("p", [note(0)], state={"a": 1, "b": 1})
     j.append_many("p", [note(1)], state={"a": 2})
@@ -258,7 +258,7 @@ def test_a_fork_inherits_the_state_as_of_its_fork_point_and_neither_sees_the_oth
     assert j.state(grand) == {"a": 2, "b": 9}
 
 
-def test_state_disappears_with_purge_and_a_copied_fork_keeps_its_history(j: journal.Journal, db_path: Path) -> None:
+def test_g3_state_disappears_with_purge_and_a_copied_fork_keeps_its_history(j: journal.Journal, db_path: Path) -> None:
     j.create_session("p")
     j.append_many("p", [note(0)], state={"a": 1})
     j.append_many("p", [note(1)], state={"a": 2})
@@ -371,7 +371,7 @@ def test_sessions_by_meta_and_prefix_are_paged_and_read_through_an_index(j: jour
 # -- retract --------------------------------------------------------------------------------------------
 
 
-def test_retract_takes_the_last_message_back_in_every_view_and_deletes_nothing(j: journal.Journal) -> None:
+def test_g3_retract_takes_the_last_message_back_in_every_view_and_deletes_nothing(j: journal.Journal) -> None:
     j.create_session("s")
     j.append("s", "user_message", {"content": "hi"})
     j.append("s", "assistant_message", {"content": "", "tool_calls": [CALL]})
