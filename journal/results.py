@@ -286,14 +286,10 @@ def put_result_txn(
         return PutResult(Event(session_id, seq, "tool_result", json.loads(text) if data is None else data, time_ms), won=True)
     winner = _event_at_txn(db, session_id, winner_seq)
     loser = json.loads(text)
-    if _same_result(winner.data, loser):
+    if _log.same_result(winner.data, loser):
         return PutResult(winner, won=False)
     # The loser's data, verbatim: it was validated as a result already (under the journal's size
     # limit), and a late result's one required field is a result's too.
     _log.insert_txn(db, session_id, seq, "tool_result_late", text, time_ms)
     return PutResult(winner, won=False, late=Event(session_id, seq, "tool_result_late", loser, time_ms))
 
-
-def _same_result(winner: dict[str, Any], loser: dict[str, Any]) -> bool:
-    keys = ("content", "is_error", "name", "metadata")
-    return all(winner.get(k) == loser.get(k) for k in keys)
