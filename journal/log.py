@@ -664,6 +664,7 @@ class Log:
             first = next_seq_txn(db, session_id)
             if expected_count is not None and first != expected_count:
                 raise CountMismatch(session_id, expected_count, first)
+            db.next_seqs[session_id] = first  # read under the write lock: the items need not read it again
             plain = not any(k is not None or t in _GUARDED for t, _, k in encoded)
             if plain:
                 try:
