@@ -75,33 +75,28 @@ def read_txn(
 ) -> dict[str, Any]:
     """The latest value of each key (of ``keys``, or every key) as of seq ``as_of`` (or now),
     through the fork chain ``segments`` (newest owner first): one index seek per key and owner."""
-    bound = _AT_END if as_of is None else as_of + 1
-    out: dict[str, Any] = {}
-    wanted = None if keys is None else list(keys)
-    for index, (owner, _lo, hi) in enumerate(segments):
-        # An ancestor's rows count only below the fork point: the fork's own copy holds those at it.
-        limit = bound if index == 0 else min(bound, int(hi) - 1)
-        for key in wanted if wanted is not None else _keys(db, owner):
-            if key in out:
-                continue
-            row = db.one(_LATEST, (owner, key, limit))
-            if row is not None:
-                out[key] = _decoded(*row)
-    return dict(sorted(out.items()))
+    rows = _latest_txn(db, segments, keys, _AT_END if as_of is None else as_of + 1)
+    return {key: _decoded(kind, value) for key, (kind, value) in sorted(rows.items())}
 
 
 def snapshot_txn(db: Database, segments: list[Segment], fork_id: str, seed_length: int) -> None:
     """Copy the state as of the fork point (event ``seed_length - 1``) into the new fork, dated
     ``seed_length``: what it inherits, fixed before its parent writes more."""
-    rows = read_raw_txn(db, segments, seed_length - 1)
+    rows = _latest_txn(db, segments, None, seed_length)
     db.executemany(_INSERT, [(fork_id, key, seed_length, kind, value) for key, (kind, value) in rows.items()])
 
 
-def read_raw_txn(db: Database, segments: list[Segment], as_of: int) -> dict[str, tuple[str, Any]]:
+def _latest_txn(
+    db: Database, segments: list[Segment], keys: Iterable[str] | None, bound: int
+) -> dict[str, tuple[str, Any]]:
+    """The stored ``(kind, value)`` of each key's latest row with ``at <= bound``, the newest
+    owner of the chain first."""
     out: dict[str, tuple[str, Any]] = {}
+    wanted = None if keys is None else list(keys)
     for index, (owner, _lo, hi) in enumerate(segments):
-        limit = as_of + 1 if index == 0 else min(as_of + 1, int(hi) - 1)
-        for key in _keys(db, owner):
+        # An ancestor's rows count only below the fork point: the fork's own copy holds those at it.
+        limit = bound if index == 0 else min(bound, int(hi) - 1)
+        for key in wanted if wanted is not None else _keys(db, owner):
             if key not in out:
                 row = db.one(_LATEST, (owner, key, limit))
                 if row is not None:

@@ -565,7 +565,7 @@ def test_cli_sessions_filters_by_meta_and_prefix(tmp_path: Path) -> None:
     assert run(main, ["sessions", "--db", str(path), "--meta", "nokey"]).exit_code == 2
 
 
-def test_cli_state_prints_each_key_escaped_and_json_exactly(tmp_path: Path) -> None:
+def test_g14_cli_state_prints_each_key_escaped_and_json_exactly(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     with journal.open(path) as j:
         j.create_session("s")

@@ -109,7 +109,7 @@ def test_live_following_shows_an_event_another_process_appends_within_a_second(d
     assert page.problems == []
 
 
-def test_hostile_content_renders_as_text_and_runs_no_script(db_path: Path, page: Any) -> None:
+def test_g14_hostile_content_renders_as_text_and_runs_no_script(db_path: Path, page: Any) -> None:
     build_story(db_path)
     with serving(db_path) as viewer:
         for url in (
