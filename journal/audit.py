@@ -71,7 +71,7 @@ def _compactions(db: Database, session_id: str, seed: int) -> list[Disagreement]
         )
     }
     may = db.value(
-        "SELECT count(*) FROM events WHERE session_id = ? AND (instr(data, '\"surface_op\"') OR type = 'retract')",
+        "SELECT count(*) FROM events WHERE session_id = ? AND (instr(data, '\"surface_op\"') > 0 OR type = 'retract')",
         (session_id,),
     )
     derived = {c.seq: c for c in compactions(_log.read_events_txn(db, session_id)) if c.seq >= seed} if may else {}

@@ -21,6 +21,7 @@ from journal.recovery import Recovery
 from journal.results import Results
 from journal.store import DEFAULT_BUSY_TIMEOUT_MS, SqliteStore, Store
 from journal.store.groupcommit import GroupCommit
+from journal.store.target import is_dsn
 from journal.transcript import Transcript
 from journal.turns import Turns
 
@@ -194,7 +195,8 @@ def open(
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     vfs: str | None = None,
 ) -> Journal:
-    """Open (or create) the journal at ``path``.
+    """Open (or create) the journal at ``path``: a file, or a PostgreSQL database named by a
+    ``postgresql://`` DSN (DESIGN §16; the ``postgres`` extra installs its driver).
 
     ``durability="full"`` (the default) makes every returned write survive power loss;
     ``"normal"`` survives a process crash, and a power cut may drop the commits since the last
@@ -215,6 +217,15 @@ def open(
             raise InvalidArgument(name, f"must be an int >= 0, not {value!r}")
     if checkpoint_pages is not None and (not isinstance(checkpoint_pages, int) or checkpoint_pages < 0):
         raise InvalidArgument("checkpoint_pages", f"must be an int >= 0, not {checkpoint_pages!r}")
+    store: Store
+    if is_dsn(path):
+        if vfs is not None or checkpoint_pages is not None:
+            name = "vfs" if vfs is not None else "checkpoint_pages"
+            raise InvalidArgument(name, "applies to an SQLite file, not a PostgreSQL database")
+        from journal.store.postgres import PostgresStore  # psycopg is needed only here
+
+        store = PostgresStore(path, durability=level, readonly=readonly, busy_timeout_ms=busy_timeout_ms)
+        return Journal(store, max_event_bytes=max_event_bytes)
     store = SqliteStore(
         path,
         durability=level,

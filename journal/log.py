@@ -66,6 +66,9 @@ _NEXT = (
     "FROM sessions AS s WHERE s.id = ? AND s.purged_ms IS NULL"
 )
 
+# LIMIT of a read with no limit (PostgreSQL refuses SQLite's -1).
+_NO_LIMIT = 2**62
+
 # A segment of a session's log: events of `owner` with lo <= seq < hi.
 Segment = tuple[str, int, float]
 _SEQ_END = 2**63 - 1  # past every seq: the bound of a session's own, open-ended segment
@@ -347,7 +350,7 @@ def _filtered_txn(
         segments = segments[::-1]
     rows: list[tuple[int, str, str, int, str | None]] = []
     for owner, lo, hi in segments:
-        wanted = -1 if limit is None else limit - len(rows)
+        wanted = _NO_LIMIT if limit is None else limit - len(rows)
         if wanted == 0:
             break
         start, stop = max(lo, since), int(min(hi, _SEQ_END))
@@ -384,7 +387,7 @@ _SESSION_ROW = (
 # The listing order is (created_ms, id), the index sessions_created: a page is a seek into it
 # and a walk of `limit` entries, never a sort of every session. The page after a session starts
 # past its key (a row-value comparison the index serves; after a listed Session its key is
-# known, so a page follows it even if it was purged since); LIMIT -1 is no limit. A meta filter
+# known, so a page follows it even if it was purged since); no limit is _NO_LIMIT. A meta filter
 # is a set of sessions found through session_meta's key, sorted for the page.
 _EXISTS = "SELECT 1 FROM sessions WHERE id = ? AND purged_ms IS NULL"
 _TOTALS = (
@@ -409,7 +412,7 @@ def _sessions_from_rows(rows: list[tuple[Any, ...]]) -> list[Session]:
     ]
 
 
-def _session_filters(meta: object, prefix: object, parent_id: object) -> tuple[str, list[Any]]:
+def _session_filters(meta: object, prefix: object, parent_id: object, dialect: str = "sqlite") -> tuple[str, list[Any]]:
     """The WHERE terms (and their arguments) of ``sessions(meta=, prefix=, parent_id=)``,
     refused when bad."""
     where, args = "", []
@@ -423,7 +426,9 @@ def _session_filters(meta: object, prefix: object, parent_id: object) -> tuple[s
             if not isinstance(key, str):
                 raise InvalidArgument("meta", f"keys are strings, not {key!r}")
             where += " AND s.id IN (SELECT session_id FROM session_meta WHERE key = ? AND type = ? AND value = ?)"
-            args += [key, *_json_scalar(value)]
+            type_, scalar = _json_scalar(value)
+            # PostgreSQL's session_meta keeps each value as its text (schema_pg.sql).
+            args += [key, type_, scalar if dialect == "sqlite" else _meta_text(scalar)]
     if prefix is not None:
         if not isinstance(prefix, str) or not prefix:
             raise InvalidArgument("prefix", f"must be a non-empty string, not {prefix!r}")
@@ -444,6 +449,11 @@ def _json_scalar(value: object) -> tuple[str, Any]:
     if isinstance(value, str):
         return "text", value
     raise InvalidArgument("meta", f"values are strings, numbers or booleans, not {value!r}")
+
+
+def _meta_text(value: object) -> str:
+    """A meta value as PostgreSQL's session_meta holds it: as its JSON text, a string unquoted."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _check_page(limit: object, after: object) -> None:
@@ -520,7 +530,7 @@ class Log:
         ``after`` raises ``SessionNotFound``; a bad argument ``InvalidArgument``, before anything
         is read."""
         _check_page(limit, after)
-        where, args = _session_filters(meta, prefix, parent_id)
+        where, args = _session_filters(meta, prefix, parent_id, self._store.dialect)
         if isinstance(after, Session):
             where += " AND (s.created_ms, s.id) > (?, ?)"
             args += [after.created_ms, after.id]
@@ -529,7 +539,7 @@ class Log:
             args.append(after)
         sql = f"{_SESSION_ROW}{where} ORDER BY s.created_ms, s.id LIMIT ?"
         with self._store.read() as db:
-            rows = list(db.execute(sql, (*args, -1 if limit is None else limit)))
+            rows = list(db.execute(sql, (*args, _NO_LIMIT if limit is None else limit)))
             # Only an empty page can hide an unknown `after`: its key would match nothing.
             if not rows and isinstance(after, str) and db.one(_EXISTS, (after,)) is None:
                 raise SessionNotFound(after)

@@ -66,8 +66,11 @@ def encode_values(codec: Codec, values: object) -> list[tuple[str, str, Any]]:
 
 
 def write_txn(db: Database, session_id: str, at: int, encoded: Iterable[tuple[str, str, Any]]) -> None:
-    """New versions of the given keys, dated ``at``, inside the caller's transaction."""
-    db.executemany(_INSERT, [(session_id, key, at, kind, value) for key, kind, value in encoded])
+    """New versions of the given keys, dated ``at``, inside the caller's transaction. (On
+    PostgreSQL every value is bytes: a JSON value's UTF-8 text; ``_decoded`` reads both.)"""
+    text = db.dialect == "sqlite"
+    rows = [(session_id, key, at, kind, value if text or kind == "bytes" else value.encode()) for key, kind, value in encoded]
+    db.executemany(_INSERT, rows)
 
 
 def read_txn(

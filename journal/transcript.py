@@ -140,7 +140,7 @@ def _check_tail(tail: object) -> int | None:
 
 def places_compactions(db: Database) -> bool:
     """Whether the file places its compactions (a read-only open of an older one does not)."""
-    return db.value("PRAGMA user_version") >= _FIRST_VERSION
+    return db.dialect != "sqlite" or db.value("PRAGMA user_version") >= _FIRST_VERSION
 
 
 def _tail_txn(db: Database, session_id: str, n: int) -> list[Message]:

@@ -13,8 +13,84 @@ import journal
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# The contract suite (DESIGN §16): these modules' tests that take `db_path` (or `j`, `fresh`)
+# run on both backends, SQLite and PostgreSQL, unless marked `sqlite_only` with the reason.
+CONTRACT = {
+    "test_adapter_primitives",
+    "test_effects",
+    "test_fork",
+    "test_g12_hostile_input",
+    "test_log",
+    "test_parts",
+    "test_processes",
+    "test_purge",
+    "test_recovery_batch",
+    "test_scan_recover",
+    "test_sessions_paging",
+    "test_submissions",
+    "test_tail",
+    "test_threads",
+    "test_transcript",
+    "test_transfer",
+    "test_turn_owner",
+    "test_turns",
+}
+BACKENDS = ("sqlite", "postgresql")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    module = metafunc.module.__name__.rsplit(".", 1)[-1]
+    if "backend" not in metafunc.fixturenames or module not in CONTRACT:
+        return
+    if metafunc.definition.get_closest_marker("sqlite_only") is not None:
+        return
+    metafunc.parametrize("backend", BACKENDS, indirect=True)
+
+
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
+def backend(request: pytest.FixtureRequest) -> str:
+    """The backend the test's journal is on: ``sqlite`` unless the contract suite asks both."""
+    return getattr(request, "param", "sqlite")
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """One throwaway PostgreSQL server for the whole run (``journal.testing.pgserver``); its
+    fsync is off: power loss is the SQLite fault VFS's to test, a crash of the server is not."""
+    from journal.testing.pgserver import PgServer, PgUnavailable
+
+    try:
+        server = PgServer(fsync=False)
+    except PgUnavailable as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"PostgreSQL is not installed here: {exc}")
+    try:
+        server.create_database("contract")
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def pg_dsn(pg_server) -> str:
+    """A DSN naming a new, empty schema (its own journal) in the server's ``contract`` database."""
+    import uuid
+
+    import psycopg
+
+    schema = "t_" + uuid.uuid4().hex[:12]
+    base = pg_server.dsn("contract")
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    return f"{base}&options=-csearch_path%3D{schema}"
+
+
+@pytest.fixture
+def db_path(tmp_path: Path, backend: str, request: pytest.FixtureRequest):
+    """Where the test's journal is: a file under ``tmp_path``, or on PostgreSQL a DSN."""
+    if backend == "postgresql":
+        return request.getfixturevalue("pg_dsn")
     return tmp_path / "journal.db"
 
 

@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import apsw
+from tests.raw import Raw
 import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
@@ -204,12 +204,9 @@ def test_state_bytes_grow_with_what_changed_not_with_a_copy_of_the_rest(j: journ
     j.set_state("s", {f"channel-{c}": "x" * 1000 for c in range(10)})
     for step in range(200):
         j.append_many("s", [note(step)], state={"channel-0": f"step {step}"})
-    conn = apsw.Connection(str(db_path))
-    try:
-        assert conn.execute("SELECT count(*) FROM state").get == 10 + 200
-        assert conn.execute("SELECT sum(length(value)) FROM state").get < 10 * 1002 + 200 * 20
-    finally:
-        conn.close()
+    with Raw(db_path) as conn:
+        assert conn.value("SELECT count(*) FROM state") == 10 + 200
+        assert conn.value("SELECT sum(length(value)) FROM state") < 10 * 1002 + 200 * 20
 
 
 @pytest.mark.parametrize("value", [float("nan"), {1: "non-string key"}, object(), "\ud800"])
@@ -267,11 +264,8 @@ def test_g3_state_disappears_with_purge_and_a_copied_fork_keeps_its_history(j: j
     assert j.state(fork) == {"a": 2}
     assert j.state(fork, as_of=0) == {"a": 1}
     j.purge(fork)
-    conn = apsw.Connection(str(db_path))
-    try:
-        assert conn.execute("SELECT count(*) FROM state").get == 0
-    finally:
-        conn.close()
+    with Raw(db_path) as conn:
+        assert conn.value("SELECT count(*) FROM state") == 0
 
 
 # -- indexed reads --------------------------------------------------------------------------------------
@@ -332,8 +326,9 @@ def test_app_events_by_type_are_read_through_an_index(j: journal.Journal) -> Non
     j.append_many("s", [("x.checkpoint" if i % 100 == 0 else "x.write", {"i": i}) for i in range(2000)])
     latest = j.events("s", types=["x.checkpoint"], newest_first=True, limit=1)
     assert latest[0].data == {"i": 1900}
-    plans = _plans(j, lambda: j.events("s", types=["x.checkpoint"], newest_first=True, limit=1))
-    assert any("USING INDEX events_app" in p for p in plans), plans
+    if j._store.dialect == "sqlite":  # (the plans are SQLite's to show)
+        plans = _plans(j, lambda: j.events("s", types=["x.checkpoint"], newest_first=True, limit=1))
+        assert any("USING INDEX events_app" in p for p in plans), plans
 
 
 def test_sessions_by_meta_and_prefix_are_paged_and_read_through_an_index(j: journal.Journal) -> None:
@@ -360,8 +355,9 @@ def test_sessions_by_meta_and_prefix_are_paged_and_read_through_an_index(j: jour
     both = [s.id for s in j.sessions(prefix="bot-", meta={"user": "u0"})]
     assert both == [i for i in having(user="u0") if i.startswith("bot-")] and "bot-copy" in both
     assert all(s.last_ms >= s.created_ms for s in j.sessions(prefix="bot"))
-    plans = _plans(j, lambda: j.sessions(meta={"user": "u0"}, limit=4))
-    assert any("session_meta" in p and "INDEX" in p for p in plans), plans
+    if j._store.dialect == "sqlite":  # (the plans are SQLite's to show)
+        plans = _plans(j, lambda: j.sessions(meta={"user": "u0"}, limit=4))
+        assert any("session_meta" in p and "INDEX" in p for p in plans), plans
     with pytest.raises(journal.InvalidArgument):
         j.sessions(meta={"user": None})
     with pytest.raises(journal.InvalidArgument):

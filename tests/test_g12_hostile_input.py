@@ -11,7 +11,7 @@ import hashlib
 import math
 from pathlib import Path
 
-import apsw
+from tests.raw import Raw
 import pytest
 
 import journal
@@ -29,15 +29,11 @@ def _nested(depth: int) -> dict:
 
 def _fingerprint(path: Path) -> str:
     """Every row of every table, read through a fresh connection."""
-    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
     digest = hashlib.sha256()
-    try:
-        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")]
-        for table in tables:
+    with Raw(path) as conn:
+        for table in conn.tables():
             for row in sorted(repr(row) for row in conn.execute(f'SELECT * FROM "{table}"')):
                 digest.update(row.encode("utf-8", "backslashreplace"))
-    finally:
-        conn.close()
     return digest.hexdigest()
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import apsw
+from tests.raw import Raw, Refused
 import pytest
 
 import journal
@@ -19,14 +19,11 @@ def _session_with_history(j: journal.Journal, sid: str) -> str:
 
 
 def _rows(db_path, session_id: str) -> dict[str, int]:
-    conn = apsw.Connection(str(db_path))
-    try:
+    with Raw(db_path) as conn:
         return {
-            table: conn.execute(f"SELECT count(*) FROM {table} WHERE session_id = ?", (session_id,)).get
+            table: conn.value(f"SELECT count(*) FROM {table} WHERE session_id = ?", (session_id,))
             for table in ("events", "turn_journal", "tool_calls", "stream_chunks", "submissions", "notifications")
         }
-    finally:
-        conn.close()
 
 
 def test_g3_purge_erases_the_session_and_its_derived_state_in_one_transaction(j: journal.Journal, db_path, fresh) -> None:
@@ -44,12 +41,8 @@ def test_g3_purge_erases_the_session_and_its_derived_state_in_one_transaction(j:
 def test_g3_raw_deletes_stay_refused_for_sessions_not_being_purged(j: journal.Journal, db_path) -> None:
     _session_with_history(j, "keep")
     j.purge(_session_with_history(j, "gone"))
-    conn = apsw.Connection(str(db_path))
-    try:
-        with pytest.raises(apsw.ConstraintError):
-            conn.execute("DELETE FROM events WHERE session_id = 'keep'")
-    finally:
-        conn.close()
+    with Raw(db_path) as conn, pytest.raises(Refused):
+        conn.execute("DELETE FROM events WHERE session_id = 'keep'")
     assert j.count("keep") == 8
 
 

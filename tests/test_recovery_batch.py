@@ -92,6 +92,7 @@ def _crashed_sessions(j: journal.Journal, count: int) -> list[str]:
     return ids
 
 
+@pytest.mark.sqlite_only(reason="traces the statements SQLite runs")
 def test_recovery_reads_only_the_open_work_of_a_long_session(j, tmp_path) -> None:
     sid = j.create_session("long").id
     for t in range(1, 51):
@@ -129,6 +130,7 @@ def _statements(j: journal.Journal, call) -> int:
     return count
 
 
+@pytest.mark.sqlite_only(reason="traces the statements SQLite runs")
 def test_g7_the_scan_runs_the_same_number_of_statements_whatever_the_open_work(j) -> None:
     _crashed_sessions(j, 1)
     one = _statements(j, j.scan)
@@ -139,6 +141,7 @@ def test_g7_the_scan_runs_the_same_number_of_statements_whatever_the_open_work(j
     assert _statements(j, j.scan) == one
 
 
+@pytest.mark.sqlite_only(reason="traces the statements SQLite runs")
 def test_recovering_many_sessions_runs_one_transaction_per_batch(j) -> None:
     _crashed_sessions(j, 7)
     j._recovery.batch_sessions = 3

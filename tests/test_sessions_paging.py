@@ -210,6 +210,7 @@ def test_the_listing_is_one_query_whatever_the_number_of_sessions(tmp_path: Path
         assert [sql.split()[0].upper() for sql, _ in ran] == ["BEGIN", "SELECT", "COMMIT"], ran
 
 
+@pytest.mark.sqlite_only(reason="reads SQLite's query plan")
 def test_a_page_seeks_the_listing_index_and_counts_through_the_events_key(j: journal.Journal) -> None:
     import_sessions(j, [(f"s{i}", i, [i, i]) for i in range(20)])
     for ran in _listing_calls(j):

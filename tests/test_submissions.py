@@ -197,7 +197,8 @@ def test_input_never_applied_is_requeued(j: journal.Journal) -> None:
     claim = j.claim(owner=GONE)
     # A claim that died before applying its input cannot happen (it is one transaction);
     # simulate a submission marked running with no input to check the rule.
-    j._store._conn.execute("UPDATE submissions SET input_seq = NULL WHERE id = ?", (claim.submission.id,))
+    with j._store.write("test") as db:
+        db.execute("UPDATE submissions SET input_seq = NULL WHERE id = ?", (claim.submission.id,))
     (decision,) = j.reconcile(now_ms=_later())
     assert decision.action == "requeued"
 

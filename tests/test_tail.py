@@ -348,6 +348,7 @@ def _compactions(j: journal.Journal, s: str) -> int:
     return sum(1 for e in j.events(s) if is_compaction(e))
 
 
+@pytest.mark.sqlite_only(reason="counts the rows SQLite steps through")
 @pytest.mark.parametrize(
     "ending",
     [
@@ -380,6 +381,7 @@ def test_a_tail_of_50_reads_the_tail_and_the_compactions_whatever_the_sessions_l
         assert costs[long].work <= 2 * max(costs[short].work, 1)
 
 
+@pytest.mark.sqlite_only(reason="counts the rows SQLite steps through")
 def test_a_compaction_that_reaches_into_the_tail_is_placed_by_its_row_and_only_the_tail_is_read(
     tmp_path: Path,
 ) -> None:

@@ -112,7 +112,8 @@ def test_a_stale_attempts_writes_raise_lease_lost_and_change_nothing(j: journal.
     turn.step_start()
     turn.assistant("", tool_calls=CALLS[:1])
     # Another worker takes the turn over (the reconciler's new attempt does exactly this).
-    j._store._conn.execute("UPDATE turn_journal SET attempt = 2 WHERE session_id = ?", (s,))
+    with j._store.write("test") as db:
+        db.execute("UPDATE turn_journal SET attempt = 2 WHERE session_id = ?", (s,))
     before_events = fresh().events(s)
     before_state = j.turn_state(s)
     for write in (

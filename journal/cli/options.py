@@ -10,8 +10,9 @@ from typing import Any
 import click
 
 import journal
+from journal.store.target import is_dsn
 
-DB_HELP = "The journal file (or set JOURNAL_DB)."
+DB_HELP = "The journal file, or a postgresql:// DSN (or set JOURNAL_DB)."
 SEQ_MAX = 2**63 - 1  # seqs are SQLite integers
 
 
@@ -21,7 +22,15 @@ def db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def open_journal(db: str, *, create: bool = False, **kwargs: Any) -> journal.Journal:
-    """Open the journal; only ``create`` lets a path that does not exist become a new one."""
+    """Open the journal; only ``create`` lets a path that does not exist become a new one (or,
+    for a ``postgresql://`` DSN, a database without a journal get one)."""
+    if is_dsn(db):
+        if not create:
+            try:
+                journal.open(db, readonly=True).close()
+            except journal.NotAJournal as exc:
+                raise click.ClickException(f"no such journal: {exc}") from exc
+        return journal.open(db, **kwargs)
     if not create and not os.path.exists(db):
         # Checked here so that a mistyped path never leaves an empty journal (or -wal) behind.
         raise click.ClickException(f"no such journal: {db}")

@@ -10,13 +10,20 @@ from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from journal.errors import SchemaViolation
 from journal.model import Durability
 
 
+class UniqueViolation(SchemaViolation):
+    """A statement hit a unique or primary key: the first write won (callers re-read it)."""
+
+
 class Database(Protocol):
-    """The handle a transaction's body gets."""
+    """The handle a transaction's body gets. Its SQL is SQLite's; a backend of another dialect
+    translates the few constructs that differ (``journal.store.postgres``)."""
 
     next_seqs: dict[str, int]  # the seq each session appended to gets next, once committed
+    dialect: str  # "sqlite" or "postgresql"
 
     def execute(self, sql: str, bindings: Any = None) -> Iterable[tuple[Any, ...]]: ...
     def executemany(self, sql: str, rows: Any) -> Any: ...
@@ -39,6 +46,7 @@ class Store(Protocol):
     """One connection to one journal: transactions, and the file's upkeep."""
 
     path: str
+    dialect: str  # "sqlite" or "postgresql": the few statements that differ ask it
     durability: Durability
     readonly: bool
     next_seqs: dict[str, int]

@@ -37,6 +37,7 @@ from journal.errors import (
 )
 from journal.model import Durability, WriteOutcome
 from journal.store import header as _header
+from journal.store.base import UniqueViolation
 
 APPLICATION_ID = 0x4A524E4C  # "JRNL"
 # 2: the derived-state triggers became one gate trigger and a view; the seq trigger one lookup.
@@ -51,10 +52,6 @@ DEFAULT_BUSY_TIMEOUT_MS = 10_000
 
 # The extended result codes of a key conflict (never the message text).
 _KEY_CONFLICTS = (apsw.SQLITE_CONSTRAINT_UNIQUE, apsw.SQLITE_CONSTRAINT_PRIMARYKEY)
-
-
-class UniqueViolation(SchemaViolation):
-    """A statement hit a unique or primary key: the first write won (callers re-read it)."""
 
 
 def schema_sql() -> str:
@@ -233,6 +230,7 @@ class SqliteDatabase:
     """
 
     __slots__ = ("_conn", "next_seqs")
+    dialect = "sqlite"
 
     def __init__(self, conn: apsw.Connection) -> None:
         self._conn = conn
@@ -345,6 +343,8 @@ class SqliteStore:
     Threads may share a store: a lock serialises transactions on the connection, so two threads
     never interleave statements inside one transaction.
     """
+
+    dialect = "sqlite"
 
     def __init__(
         self,

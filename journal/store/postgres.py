@@ -1,0 +1,644 @@
+"""The PostgreSQL store (DESIGN §16): the only module that talks to psycopg.
+
+``journal.open("postgresql://...")`` gives the same ``Journal`` over this store. The parts'
+SQL is SQLite's; ``pg_sql`` translates the few constructs that differ, once per statement text.
+The schema is ``schema_pg.sql`` (the same tables, keys, CHECKs and triggers, in PL/pgSQL),
+stamped in ``journal_meta`` (G13: a database of another application, or a newer schema, is
+refused and left untouched).
+
+Transactions keep SQLite's semantics, each by PostgreSQL's own means:
+
+- A write is ``BEGIN`` and a transaction-scoped advisory lock: writers take turns as under
+  SQLite's ``BEGIN IMMEDIATE``, on every host, and each statement (READ COMMITTED) sees every
+  write committed before the lock was granted. Waiting for the lock is bounded by
+  ``lock_timeout`` (the busy timeout): past it, ``JournalBusy``.
+- A statement the schema refuses is undone alone (SQLite's statement rollback): each write
+  statement inside a transaction runs under a savepoint.
+- A read is one ``REPEATABLE READ`` snapshot.
+- Durability: ``synchronous_commit = on`` (``"normal"``: ``off``, which, like SQLite's
+  NORMAL, survives the client's crash and may lose the last commits to the server's crash).
+
+Errors are translated by SQLSTATE. A lost connection (the server restarted) is reopened by the
+next transaction; the write that met it has an unknown outcome unless ``present`` finds it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import re
+import threading
+import urllib.parse
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from importlib import resources
+from typing import Any
+
+import psycopg
+from psycopg import errors as pgerrors
+from psycopg.adapt import Loader
+
+from journal import crash
+from journal.errors import (
+    DiskFull,
+    InvalidArgument,
+    JournalBusy,
+    JournalClosed,
+    JournalError,
+    JournalIOError,
+    NotAJournal,
+    SchemaTooNew,
+    SchemaViolation,
+)
+from journal.model import Durability, WriteOutcome
+from journal.store.base import UniqueViolation
+
+APPLICATION = "journal"
+SCHEMA_VERSION = 6  # the same version as the SQLite file's: the same tables and guarantees
+DEFAULT_BUSY_TIMEOUT_MS = 10_000
+# The key of the advisory lock every write transaction holds: one per journal (a database may
+# hold several, each in its own schema), derived from the schema's name.
+WRITE_LOCK_KEY = "SELECT hashtextextended('journal:' || current_schema(), 0)"
+
+
+def schema_sql() -> str:
+    """The text of ``schema_pg.sql`` as shipped inside the package."""
+    return resources.files("journal").joinpath("schema_pg.sql").read_text(encoding="utf-8")
+
+
+def redacted(dsn: str) -> str:
+    """The DSN without its password: what ``Journal.path`` and errors show."""
+    parts = urllib.parse.urlsplit(dsn)
+    if parts.password is None:
+        return dsn
+    netloc = parts.netloc.rsplit("@", 1)
+    user = netloc[0].split(":", 1)[0]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
+
+
+# -- the dialect -------------------------------------------------------------------------------
+
+_TOKENS = re.compile(r"'(?:[^']|'')*'|\?(\d*)|%")
+_REWRITES = [
+    (re.compile(r"\s+INDEXED BY \w+"), ""),  # PostgreSQL's planner picks its own index
+    (re.compile(r"json_each\(\?\)"), "json_array_elements_text(?::json)"),  # a JSON array's items
+    (re.compile(r"\binstr\("), "strpos("),
+    # data ->> '$.key' on JSON kept as text
+    (re.compile(r"(\b[\w.]+) ->> '\$\.(\w+)'"), r"(\1::json ->> '\2')"),
+    (
+        re.compile(r"json_set\((\w+), '\$\.(\w+)', \?\)"),
+        r"(\1::jsonb || jsonb_build_object('\2', ?::bigint))::text",
+    ),
+]
+
+
+@functools.lru_cache(maxsize=1024)
+def pg_sql(sql: str) -> tuple[str, tuple[int, ...] | None, bool]:
+    """SQLite's statement text as PostgreSQL's: ``(text, order, writes)``.
+
+    ``?`` becomes ``%s`` (a ``%`` is doubled, inside a string literal too); ``?N`` too, and ``order`` then names, for
+    each ``%s``, the 0-based index of the binding it takes. ``writes``: the statement may change
+    rows (it runs under a savepoint inside a transaction)."""
+    for pattern, replacement in _REWRITES:
+        sql = pattern.sub(replacement, sql)
+    order: list[int] = []
+    numbered = False
+
+    def token(match: re.Match[str]) -> str:
+        nonlocal numbered
+        text = match.group(0)
+        if text == "%":
+            return "%%"
+        if text.startswith("'"):
+            return text.replace("%", "%%")  # psycopg reads % inside literals too
+        if match.group(1):
+            numbered = True
+            order.append(int(match.group(1)) - 1)
+        else:
+            order.append(len(order))
+        return "%s"
+
+    out = _TOKENS.sub(token, sql)
+    first = out.lstrip().split(None, 1)[0].upper() if out.strip() else ""
+    writes = first not in ("SELECT", "VALUES")
+    return out, (tuple(order) if numbered else None), writes
+
+
+class _Numeric(Loader):
+    """``numeric`` as an int when whole (``sum()`` of bigints is numeric), else a float: the
+    parts get the numbers SQLite gives."""
+
+    def load(self, data: Any) -> int | float:
+        value = Decimal(bytes(data).decode())
+        return int(value) if value == value.to_integral_value() else float(value)
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+_BUSY = ("40001", "40P01", "55P03", "57014")  # serialization, deadlock, lock timeout, canceled
+_REFUSED_CLASS = "23"  # integrity constraint violation
+_BAD_VALUE = ("22021", "22P05", "22003", "54000")  # NUL or bad encoding, out of range, too long
+
+
+def _translate(
+    exc: BaseException, operation: str, *, outcome: WriteOutcome, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+) -> JournalError:
+    """A driver error as the library's error; ``outcome`` is what is known of the write."""
+    if isinstance(exc, JournalError):
+        return exc
+    state = getattr(exc, "sqlstate", None) or ""
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if state == "23505":
+        return UniqueViolation(operation, detail)
+    if state.startswith(_REFUSED_CLASS) or state == "JR001" or state == "22P02":
+        return SchemaViolation(operation, detail)
+    if state in _BAD_VALUE:
+        return InvalidArgument("argument", f"PostgreSQL cannot hold it: {detail}")
+    if state in _BUSY:
+        return JournalBusy(busy_timeout_ms)
+    if state == "53100":
+        return DiskFull(operation, outcome, detail)
+    return JournalIOError(operation, outcome, f"{type(exc).__name__}: {detail}")
+
+
+def _bad_value(exc: BaseException) -> InvalidArgument:
+    """A value psycopg cannot send (a lone surrogate, a NUL in text): the caller's bad argument,
+    refused before anything of it was written."""
+    if isinstance(exc, UnicodeEncodeError):
+        text = exc.object if isinstance(exc.object, str) else ""
+        shown = repr(text) if len(text) <= 80 else repr(text[:77]) + "..."
+        return InvalidArgument("argument", f"{shown} holds a lone surrogate (not valid Unicode text)")
+    return InvalidArgument("argument", f"PostgreSQL cannot hold it: {exc}")
+
+
+# psycopg refuses these before sending anything.
+_UNSENDABLE = (UnicodeEncodeError, psycopg.DataError)
+
+
+class PgDatabase:
+    """The handle a transaction's body gets (``journal.store.base.Database``)."""
+
+    __slots__ = ("_conn", "_cursor", "_guarded", "next_seqs")
+    dialect = "postgresql"
+
+    def __init__(self, conn: psycopg.Connection, *, guarded: bool) -> None:
+        self._conn = conn
+        self._cursor: psycopg.Cursor | None = None
+        self._guarded = guarded  # inside a write transaction: refusals are undone alone
+        self.next_seqs: dict[str, int] = {}
+
+    def execute(self, sql: str, bindings: Any = None) -> psycopg.Cursor:
+        text, order, writes = pg_sql(sql)
+        if order is not None and bindings is not None:
+            bindings = [bindings[i] for i in order]
+        conn = self._conn
+        if writes and self._guarded:
+            conn.execute("SAVEPOINT statement")
+            try:
+                cursor = conn.execute(text, bindings)
+            except BaseException as exc:
+                self._undo()
+                raise self._refused(exc) from exc
+            conn.execute("RELEASE statement")
+        else:
+            try:
+                cursor = conn.execute(text, bindings)
+            except BaseException as exc:
+                raise self._refused(exc) from exc
+        self._cursor = cursor
+        return cursor
+
+    def executemany(self, sql: str, rows: Any) -> psycopg.Cursor:
+        text, order, _ = pg_sql(sql)
+        if order is not None:
+            rows = [[row[i] for i in order] for row in rows]
+        conn = self._conn
+        if self._guarded:
+            conn.execute("SAVEPOINT statement")
+        cursor = conn.cursor()
+        try:
+            cursor.executemany(text, rows)
+        except BaseException as exc:
+            if self._guarded:
+                self._undo()
+            raise self._refused(exc) from exc
+        if self._guarded:
+            conn.execute("RELEASE statement")
+        self._cursor = cursor
+        return cursor
+
+    def _undo(self) -> None:
+        if self._conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+            with contextlib.suppress(psycopg.Error):
+                self._conn.execute("ROLLBACK TO SAVEPOINT statement")
+                self._conn.execute("RELEASE statement")
+
+    @staticmethod
+    def _refused(exc: BaseException) -> BaseException:
+        if isinstance(exc, _UNSENDABLE):
+            return _bad_value(exc)
+        if isinstance(exc, psycopg.Error):
+            state = exc.sqlstate or ""
+            if state == "23505" or state.startswith(_REFUSED_CLASS) or state in ("JR001", "22P02") or state in _BAD_VALUE:
+                return _translate(exc, "the statement", outcome=WriteOutcome.ABSENT)
+        return exc
+
+    def one(self, sql: str, bindings: Any = None) -> tuple[Any, ...] | None:
+        return self.execute(sql, bindings).fetchone()
+
+    def value(self, sql: str, bindings: Any = None) -> Any:
+        row = self.execute(sql, bindings).fetchone()
+        return None if row is None else row[0]
+
+    def changes(self) -> int:
+        return 0 if self._cursor is None else max(self._cursor.rowcount, 0)
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+
+
+class _Batch:
+    """The writes inside one ``PostgresStore.batch`` transaction."""
+
+    def __init__(self, store: PostgresStore, conn: psycopg.Connection) -> None:
+        self._store = store
+        self._conn = conn
+        self._open = False
+        self._broken = False
+
+    @property
+    def broken(self) -> bool:
+        return self._broken or self._conn.closed or not PgDatabase(self._conn, guarded=False).in_transaction
+
+    @contextlib.contextmanager
+    def savepoint(self, operation: str, *, synced: bool, commit: bool) -> Iterator[PgDatabase]:
+        if self._open:
+            raise RuntimeError("journal: nested write transaction (use a *_txn helper)")
+        conn = self._conn
+        try:
+            conn.execute("SAVEPOINT write")
+            if synced and self._store.durability is not Durability.FULL:
+                conn.execute("SET LOCAL synchronous_commit = on")
+        except psycopg.Error as exc:
+            self._broken = True
+            raise self._store._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
+        self._open = True
+        db = PgDatabase(conn, guarded=True)
+        try:
+            try:
+                yield db
+            except BaseException:
+                self._undo()
+                raise
+            if not commit:
+                self._undo()
+                return
+            conn.execute("RELEASE write")
+            self._store.next_seqs.update(db.next_seqs)
+        except psycopg.Error as exc:
+            self._broken = True
+            raise self._store._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
+        finally:
+            self._open = False
+
+    def statement(self, operation: str, sql: str, bindings: Any) -> int:
+        db = PgDatabase(self._conn, guarded=True)
+        try:
+            db.execute(sql, bindings)
+        except psycopg.Error as exc:
+            self._broken = True
+            raise self._store._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
+        return db.changes()
+
+    def _undo(self) -> None:
+        try:
+            self._conn.execute("ROLLBACK TO SAVEPOINT write")
+            self._conn.execute("RELEASE write")
+        except psycopg.Error:
+            self._broken = True
+
+
+class PostgresStore:
+    """One connection to one journal in a PostgreSQL database (``journal.store.base.Store``).
+
+    Threads may share a store: a lock serialises transactions on the connection."""
+
+    dialect = "postgresql"
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        durability: Durability = Durability.FULL,
+        readonly: bool = False,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    ) -> None:
+        self._dsn = dsn
+        self.path = redacted(dsn)
+        self.durability = durability
+        self.readonly = readonly
+        self.busy_timeout_ms = busy_timeout_ms
+        self._lock = threading.RLock()
+        self._in_txn = False
+        self._batch: _Batch | None = None
+        self._closed = False
+        self.next_seqs: dict[str, int] = {}
+        self._conn: psycopg.Connection | None = None
+        self._begin_write = ""
+        self._conn = self._connect()
+        try:
+            self._prepare_schema()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- opening -------------------------------------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection:
+        try:
+            conn = psycopg.connect(self._dsn, autocommit=True, application_name="journal")
+        except psycopg.Error as exc:
+            raise JournalIOError("open", WriteOutcome.ABSENT, f"cannot connect to {self.path}: {exc}") from exc
+        try:
+            conn.adapters.register_loader("numeric", _Numeric)
+            sync = "on" if self.durability is Durability.FULL else "off"
+            conn.execute(f"SET synchronous_commit = {sync}")
+            conn.execute(f"SET lock_timeout = {int(self.busy_timeout_ms)}")
+            if self.readonly:
+                conn.execute("SET default_transaction_read_only = on")
+            self._begin_write = f"BEGIN; SELECT pg_advisory_xact_lock({conn.execute(WRITE_LOCK_KEY).fetchone()[0]})"
+        except psycopg.Error as exc:
+            conn.close()
+            raise self._translate(exc, "open", outcome=WriteOutcome.ABSENT) from exc
+        return conn
+
+    def _stamp(self, conn: psycopg.Connection) -> tuple[str, int] | None:
+        """``(application, version)`` from ``journal_meta``, ``None`` if the schema is empty;
+        ``NotAJournal`` if it holds another application's tables."""
+        if conn.execute("SELECT to_regclass('journal_meta')").fetchone()[0] is not None:
+            row = conn.execute("SELECT application, schema_version FROM journal_meta").fetchone()
+            if row is None:
+                raise NotAJournal(self.path, "its journal_meta table is empty")
+            return row[0], row[1]
+        tables = conn.execute(
+            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'v', 'm', 'p', 'f')"
+        ).fetchone()[0]
+        if tables:
+            raise NotAJournal(self.path, "a PostgreSQL schema of another application (it has tables and no journal_meta)")
+        return None
+
+    def _check_stamp(self, stamp: tuple[str, int]) -> None:
+        application, version = stamp
+        if application != APPLICATION:
+            raise NotAJournal(self.path, f"a PostgreSQL schema of another application ({application!r})")
+        if version > SCHEMA_VERSION:
+            raise SchemaTooNew(self.path, version, SCHEMA_VERSION)
+        if version < SCHEMA_VERSION:
+            raise NotAJournal(self.path, f"a journal schema of version {version}, which no version made")
+
+    def _prepare_schema(self) -> None:
+        conn = self._conn
+        assert conn is not None
+        try:
+            stamp = self._stamp(conn)
+        except psycopg.Error as exc:
+            raise self._translate(exc, "open", outcome=WriteOutcome.ABSENT) from exc
+        if stamp is not None:
+            self._check_stamp(stamp)
+            return
+        if self.readonly:
+            raise NotAJournal(self.path, "no journal in this database (a read-only open never creates one)")
+        with self.write("create_schema"):
+            # Again under the write lock: another process may have created it meanwhile.
+            stamp = self._stamp(conn)
+            if stamp is not None:
+                self._check_stamp(stamp)
+                return
+            conn.execute(schema_sql())
+            conn.execute(
+                "INSERT INTO journal_meta (application, schema_version) VALUES (%s, %s)", (APPLICATION, SCHEMA_VERSION)
+            )
+
+    # -- transactions --------------------------------------------------------------------------
+
+    def _checked(self) -> psycopg.Connection:
+        if self._closed:
+            raise JournalClosed()
+        conn = self._conn
+        if conn is None or conn.closed or conn.broken:
+            # The connection died (the server restarted, the network broke): a new one.
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    conn.close()
+            self._conn = None
+            self._conn = conn = self._connect()
+        return conn
+
+    def _begin(self, conn: psycopg.Connection, operation: str, *, synced: bool) -> None:
+        if self._in_txn:
+            raise RuntimeError("journal: nested write transaction (use a *_txn helper)")
+        try:
+            conn.execute(self._begin_write)
+            if synced and self.durability is not Durability.FULL:
+                conn.execute("SET LOCAL synchronous_commit = on")
+        except psycopg.Error as exc:
+            self._rollback(conn)
+            raise self._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
+        self._in_txn = True
+
+    @contextlib.contextmanager
+    def write(
+        self,
+        operation: str,
+        *,
+        present: Callable[[PgDatabase], bool] | None = None,
+        synced: bool = False,
+        commit: bool = True,
+    ) -> Iterator[PgDatabase]:
+        """One write transaction, committed when the body returns (see the module's doc).
+        As ``SqliteStore.write``: crash points ``<operation>.before_commit`` and
+        ``.after_commit``; a failed COMMIT has an unknown outcome unless ``present`` finds it."""
+        with self._lock:
+            if self._batch is not None:
+                with self._batch.savepoint(operation, synced=synced, commit=commit) as db:
+                    yield db
+                return
+            conn = self._checked()
+            self._begin(conn, operation, synced=synced)
+            db = PgDatabase(conn, guarded=True)
+            try:
+                try:
+                    yield db
+                except _UNSENDABLE as exc:
+                    self._rollback(conn)
+                    raise _bad_value(exc) from exc
+                except psycopg.Error as exc:
+                    self._rollback(conn)
+                    raise self._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
+                except BaseException:
+                    self._rollback(conn)
+                    raise
+                if not commit:
+                    self._rollback(conn)
+                    return
+                if crash.armed():
+                    crash.reached(f"{operation}.before_commit")
+                try:
+                    conn.execute("COMMIT")
+                except psycopg.Error as exc:
+                    self._rollback(conn)
+                    self.next_seqs.clear()
+                    raise self._commit_failed(exc, operation, present) from exc
+                self.next_seqs.update(db.next_seqs)
+                if crash.armed():
+                    crash.reached(f"{operation}.after_commit")
+            finally:
+                self._in_txn = False
+
+    def write_one(
+        self, operation: str, sql: str, bindings: Any, *, present: Callable[[PgDatabase], bool] | None = None
+    ) -> int | None:
+        """One statement as a transaction of its own; how many rows it changed. ``None`` if
+        another thread holds the connection or a crash point is armed (then use ``write``)."""
+        if self._batch is not None and self._lock.acquire(False):
+            try:
+                return self._batch.statement(operation, sql, bindings)
+            finally:
+                self._lock.release()
+        if crash.armed() or not self._lock.acquire(False):
+            return None
+        try:
+            if self._in_txn:
+                raise RuntimeError("journal: nested write transaction (use a *_txn helper)")
+            conn = self._checked()
+            self._begin(conn, operation, synced=False)
+            db = PgDatabase(conn, guarded=False)
+            try:
+                try:
+                    db.execute(sql, bindings)
+                except JournalError:
+                    self._rollback(conn)
+                    raise
+                except psycopg.Error as exc:
+                    self._rollback(conn)
+                    raise self._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
+                try:
+                    conn.execute("COMMIT")
+                except psycopg.Error as exc:
+                    self._rollback(conn)
+                    self.next_seqs.clear()
+                    raise self._commit_failed(exc, operation, present) from exc
+                return db.changes()
+            finally:
+                self._in_txn = False
+        finally:
+            self._lock.release()
+
+    @contextlib.contextmanager
+    def batch(self, operation: str, *, synced: bool = False) -> Iterator[_Batch]:
+        """One transaction that many writes share (the async face's writer), as
+        ``SqliteStore.batch``: each write inside is a savepoint; one COMMIT makes them all
+        durable."""
+        with self._lock:
+            conn = self._checked()
+            self._begin(conn, operation, synced=synced)
+            batch = self._batch = _Batch(self, conn)
+            try:
+                try:
+                    yield batch
+                except BaseException:
+                    self._rollback(conn)
+                    self.next_seqs.clear()
+                    raise
+                if batch.broken:
+                    self._rollback(conn)
+                    self.next_seqs.clear()
+                    raise JournalIOError(operation, WriteOutcome.ABSENT, "the transaction was lost")
+                if crash.armed():
+                    crash.reached(f"{operation}.before_commit")
+                try:
+                    conn.execute("COMMIT")
+                except psycopg.Error as exc:
+                    self._rollback(conn)
+                    self.next_seqs.clear()
+                    raise self._commit_failed(exc, operation, None) from exc
+                if crash.armed():
+                    crash.reached(f"{operation}.after_commit")
+            finally:
+                self._batch = None
+                self._in_txn = False
+
+    def _commit_failed(
+        self, exc: psycopg.Error, operation: str, present: Callable[[PgDatabase], bool] | None
+    ) -> JournalError:
+        outcome = WriteOutcome.UNKNOWN
+        if present is not None:
+            try:
+                with self.read() as db:
+                    if present(db):
+                        outcome = WriteOutcome.PRESENT
+            except (psycopg.Error, JournalError):
+                pass
+        return self._translate(exc, operation, outcome=outcome)
+
+    def _rollback(self, conn: psycopg.Connection) -> None:
+        if conn.closed or conn.broken:
+            return
+        with contextlib.suppress(psycopg.Error):
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.execute("ROLLBACK")
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[PgDatabase]:
+        """One read snapshot, or the caller's open write transaction."""
+        with self._lock:
+            if self._in_txn:
+                assert self._conn is not None
+                yield PgDatabase(self._conn, guarded=True)
+                return
+            conn = self._checked()
+            try:
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                try:
+                    yield PgDatabase(conn, guarded=False)
+                except _UNSENDABLE as exc:
+                    raise _bad_value(exc) from exc
+                finally:
+                    self._rollback(conn)
+            except psycopg.Error as exc:
+                raise self._translate(exc, "read", outcome=WriteOutcome.ABSENT) from exc
+
+    def _translate(self, exc: BaseException, operation: str, *, outcome: WriteOutcome) -> JournalError:
+        return _translate(exc, operation, outcome=outcome, busy_timeout_ms=self.busy_timeout_ms)
+
+    # -- upkeep --------------------------------------------------------------------------------
+
+    def integrity_check(self) -> list[str]:
+        """``["ok"]`` when the schema is the journal's and every table reads back; the pages
+        themselves are the server's to check (``amcheck``)."""
+        problems: list[str] = []
+        with self.read() as db:
+            stamp = db.one("SELECT application, schema_version FROM journal_meta")
+            if stamp != (APPLICATION, SCHEMA_VERSION):
+                problems.append(f"journal_meta holds {stamp!r}")
+            for table in ("sessions", "events", "turn_journal", "tool_calls", "submissions", "state"):
+                db.value(f"SELECT count(*) FROM {table}")
+        return problems or ["ok"]
+
+    def checkpoint(self) -> None:
+        """Nothing to do: the server checkpoints its own write-ahead log."""
+        self._checked()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._conn is not None:
+                conn, self._conn = self._conn, None
+                with contextlib.suppress(psycopg.Error):
+                    conn.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed

@@ -1,0 +1,387 @@
+-- The journal's schema on PostgreSQL (DESIGN §16): schema.sql's tables, keys, unique indexes,
+-- CHECKs and triggers, each by PostgreSQL's own means. journal/store/postgres.py applies it to an
+-- empty database (or schema) inside one transaction and stamps `journal_meta`.
+--
+-- The differences from schema.sql, and why:
+-- - Every text column sorts by code point (COLLATE "C"), as SQLite's BINARY does: listings page
+--   by id, and a prefix is a range of ids, whatever the server's default collation.
+-- - JSON is kept as the text the codec wrote (TEXT, read through the `json` type, which keeps
+--   the text as written and accepts every escape the codec writes, \u0000 included).
+-- - `submissions.rowid` is the submission order SQLite's rowid gives.
+-- - `state.value` is bytes (a JSON value's UTF-8 text when its kind is 'json'); `session_meta`
+--   keeps each scalar meta value as its text (booleans as 1 and 0, as SQLite's json_each).
+-- - The triggers are PL/pgSQL functions; the derived-state and compaction ones are gated by the
+--   trigger's WHEN, as the SQLite gate triggers are.
+
+CREATE TABLE journal_meta (
+    one            INTEGER PRIMARY KEY DEFAULT 1 CHECK (one = 1),
+    application    TEXT NOT NULL,
+    schema_version INTEGER NOT NULL
+);
+
+CREATE TABLE sessions (
+    id          TEXT COLLATE "C" PRIMARY KEY CHECK (length(id) BETWEEN 1 AND 256),
+    parent_id   TEXT COLLATE "C" REFERENCES sessions (id),
+    seed_length BIGINT NOT NULL DEFAULT 0 CHECK (seed_length >= 0),
+    meta        TEXT COLLATE "C" CHECK (meta IS NULL OR json_typeof(meta::json) IS NOT NULL),
+    created_ms  BIGINT NOT NULL,
+    purged_ms   BIGINT,
+    CHECK (parent_id IS NOT NULL OR seed_length = 0)
+);
+
+CREATE INDEX sessions_parent ON sessions (parent_id) WHERE parent_id IS NOT NULL;
+CREATE INDEX sessions_created ON sessions (created_ms, id);
+
+CREATE TABLE events (
+    session_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id),
+    seq        BIGINT NOT NULL CHECK (seq >= 0),
+    type       TEXT COLLATE "C" NOT NULL CHECK (
+        type IN ('system_message', 'user_message', 'assistant_message', 'tool_result', 'tool_call',
+                 'tool_result_late', 'turn_start', 'turn_end', 'step_start', 'step_end',
+                 'stream_interrupted', 'stream_continued', 'submission_interrupted',
+                 'operator_resolution', 'retract')
+        OR (type LIKE 'x.%' AND length(type) > 2)
+    ),
+    data       TEXT COLLATE "C" NOT NULL CHECK (json_typeof(data::json) = 'object'),
+    time_ms    BIGINT NOT NULL,
+    key        TEXT COLLATE "C" CHECK (key IS NULL OR length(key) BETWEEN 1 AND 256),
+    PRIMARY KEY (session_id, seq)
+);
+
+CREATE UNIQUE INDEX events_key ON events (session_id, key) WHERE key IS NOT NULL;
+CREATE INDEX events_app ON events (session_id, type, seq) WHERE type LIKE 'x.%';
+-- G5 and G6's record, as in schema.sql.
+CREATE UNIQUE INDEX events_one_result
+    ON events (session_id, (data::json ->> 'tool_call_id')) WHERE type = 'tool_result';
+CREATE UNIQUE INDEX events_one_dispatch
+    ON events (session_id, (data::json ->> 'id')) WHERE type = 'tool_call';
+CREATE INDEX events_turns ON events (session_id, seq) WHERE type IN ('turn_start', 'turn_end');
+
+CREATE TABLE turn_journal (
+    session_id     TEXT COLLATE "C" NOT NULL REFERENCES sessions (id),
+    start_seq      BIGINT NOT NULL,
+    turn           BIGINT,
+    phase          TEXT COLLATE "C" NOT NULL CHECK (
+        phase IN ('before_provider', 'provider_started', 'tool_request_recorded', 'committed')),
+    attempt        BIGINT NOT NULL DEFAULT 1 CHECK (attempt >= 1),
+    revision       BIGINT NOT NULL DEFAULT 0 CHECK (revision >= 0),
+    checkpoint_seq BIGINT NOT NULL,
+    tool_request   TEXT COLLATE "C" CHECK (tool_request IS NULL OR json_typeof(tool_request::json) IS NOT NULL),
+    stream_key     TEXT COLLATE "C",
+    steps          BIGINT NOT NULL DEFAULT 0 CHECK (steps >= 0),
+    step_open      INTEGER NOT NULL DEFAULT 0 CHECK (step_open IN (0, 1)),
+    submission_id  TEXT COLLATE "C",
+    outer_start    BIGINT,
+    end_seq        BIGINT,
+    end_reason     TEXT COLLATE "C" CHECK (end_reason IS NULL OR end_reason IN ('complete', 'rejected', 'interrupted')),
+    owner          TEXT COLLATE "C",
+    PRIMARY KEY (session_id, start_seq),
+    CHECK ((end_seq IS NULL) = (phase <> 'committed'))
+);
+
+CREATE INDEX turn_journal_open ON turn_journal (session_id, start_seq) WHERE end_seq IS NULL;
+
+CREATE TABLE tool_calls (
+    session_id      TEXT COLLATE "C" NOT NULL REFERENCES sessions (id),
+    call_id         TEXT COLLATE "C" NOT NULL,
+    name            TEXT COLLATE "C",
+    requested_seq   BIGINT,
+    dispatch_seq    BIGINT,
+    result_seq      BIGINT,
+    state           TEXT COLLATE "C" NOT NULL CHECK (
+        state IN ('requested', 'dispatched', 'resolved', 'indeterminate')),
+    effect          TEXT COLLATE "C" CHECK (effect IS NULL OR effect IN ('idempotent', 'queryable', 'unsafe')),
+    idempotency_key TEXT COLLATE "C",
+    request_id      TEXT COLLATE "C",
+    PRIMARY KEY (session_id, call_id)
+);
+
+CREATE INDEX tool_calls_owed ON tool_calls (session_id, requested_seq) WHERE result_seq IS NULL;
+CREATE INDEX tool_calls_dispatched ON tool_calls (session_id) WHERE state = 'dispatched';
+CREATE INDEX tool_calls_indeterminate ON tool_calls (session_id) WHERE state = 'indeterminate';
+
+CREATE TABLE stream_chunks (
+    stream_key TEXT COLLATE "C" NOT NULL,
+    idx        BIGINT NOT NULL CHECK (idx >= 0),
+    session_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id),
+    content    TEXT COLLATE "C" NOT NULL,
+    time_ms    BIGINT NOT NULL,
+    consumed   INTEGER NOT NULL DEFAULT 0 CHECK (consumed IN (0, 1)),
+    PRIMARY KEY (stream_key, idx)
+);
+
+CREATE TABLE state (
+    id         BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+    session_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id),
+    key        TEXT COLLATE "C" NOT NULL CHECK (length(key) BETWEEN 1 AND 256),
+    at         BIGINT NOT NULL CHECK (at >= 0),
+    kind       TEXT COLLATE "C" NOT NULL CHECK (kind IN ('json', 'bytes')),
+    value      BYTEA NOT NULL,
+    CHECK (kind = 'bytes' OR json_typeof(convert_from(value, 'UTF8')::json) IS NOT NULL)
+);
+
+CREATE INDEX state_at ON state (session_id, key, at, id);
+
+CREATE TABLE session_meta (
+    session_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id),
+    key        TEXT COLLATE "C" NOT NULL,
+    type       TEXT COLLATE "C" NOT NULL,
+    value      TEXT COLLATE "C",
+    PRIMARY KEY (key, type, value, session_id)
+);
+
+CREATE TABLE compactions (
+    session_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id),
+    seq        BIGINT NOT NULL,
+    kind       TEXT COLLATE "C" NOT NULL DEFAULT 'replace' CHECK (kind IN ('replace', 'retract')),
+    first      BIGINT NOT NULL CHECK (first >= 0),
+    last       BIGINT NOT NULL CHECK (last >= first),
+    before     BIGINT NOT NULL CHECK (before >= 0),
+    after      BIGINT NOT NULL,
+    PRIMARY KEY (session_id, seq),
+    CHECK ((kind = 'replace' AND after BETWEEN 1 AND before + 1) OR (kind = 'retract' AND after = greatest(before - 1, 0)))
+);
+
+CREATE TABLE submissions (
+    id               TEXT COLLATE "C" PRIMARY KEY,
+    session_id       TEXT COLLATE "C" NOT NULL REFERENCES sessions (id),
+    type             TEXT COLLATE "C" NOT NULL CHECK (type IN ('user_message', 'system_message', 'tool_result') OR type LIKE 'x.%'),
+    data             TEXT COLLATE "C" NOT NULL CHECK (json_typeof(data::json) = 'object'),
+    state            TEXT COLLATE "C" NOT NULL CHECK (state IN ('queued', 'running', 'completed', 'failed')),
+    attempt          BIGINT NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+    max_attempts     BIGINT NOT NULL CHECK (max_attempts >= 1),
+    timeout_s        DOUBLE PRECISION NOT NULL CHECK (timeout_s > 0),
+    created_ms       BIGINT NOT NULL,
+    updated_ms       BIGINT NOT NULL,
+    lease_owner      TEXT COLLATE "C",
+    lease_expires_ms BIGINT,
+    input_seq        BIGINT,
+    turn_start_seq   BIGINT,
+    resume_mode      TEXT COLLATE "C" CHECK (resume_mode IS NULL OR resume_mode IN (
+        'input_only', 'stream_continuation', 'tool_results', 'tool_results_partial',
+        'transient_retry', 'overflow', 'aborted_partial')),
+    outcome          TEXT COLLATE "C",
+    -- SQLite's rowid: the submission order a session's queue follows.
+    rowid            BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+    CHECK ((state = 'running') = (lease_owner IS NOT NULL)),
+    CHECK (attempt <= max_attempts)
+);
+
+CREATE INDEX submissions_queued ON submissions (session_id, rowid) WHERE state = 'queued';
+CREATE INDEX submissions_running ON submissions (lease_expires_ms) WHERE state = 'running';
+
+CREATE TABLE notifications (
+    id         BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+    session_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id),
+    call_id    TEXT COLLATE "C" NOT NULL,
+    kind       TEXT COLLATE "C" NOT NULL CHECK (kind IN ('indeterminate')),
+    data       TEXT COLLATE "C" NOT NULL CHECK (json_typeof(data::json) IS NOT NULL),
+    created_ms BIGINT NOT NULL,
+    acked_ms   BIGINT,
+    UNIQUE (session_id, call_id, kind)
+);
+
+CREATE INDEX notifications_pending ON notifications (created_ms) WHERE acked_ms IS NULL;
+
+-- A JSON value that is an integer, as SQLite's json_type says 'integer'.
+CREATE FUNCTION journal_json_int(v json) RETURNS BIGINT LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN json_typeof(v) = 'number' AND v::text ~ '^-?[0-9]{1,18}$' THEN v::text::bigint END
+$$;
+
+-- G3: the log is append-only. The one exception is purge, which marks the session first.
+CREATE FUNCTION journal_events_no_update() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'journal: events are append-only' USING ERRCODE = 'JR001';
+END $$;
+
+CREATE TRIGGER events_no_update BEFORE UPDATE ON events
+FOR EACH ROW EXECUTE FUNCTION journal_events_no_update();
+
+CREATE FUNCTION journal_events_no_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF (SELECT purged_ms FROM sessions WHERE id = OLD.session_id) IS NULL THEN
+        RAISE EXCEPTION 'journal: events are append-only (only purge deletes, a whole session)'
+            USING ERRCODE = 'JR001';
+    END IF;
+    RETURN OLD;
+END $$;
+
+CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+FOR EACH ROW EXECUTE FUNCTION journal_events_no_delete();
+
+-- G4: seq is contiguous from the session's seed length (with the primary key, exactly one seq
+-- is open to an insert; two writers racing for it meet at the key).
+CREATE FUNCTION journal_events_seq() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM events WHERE session_id = NEW.session_id AND seq = NEW.seq - 1)
+       AND NEW.seq IS DISTINCT FROM (SELECT seed_length FROM sessions WHERE id = NEW.session_id) THEN
+        RAISE EXCEPTION 'journal: seq must continue the session contiguously' USING ERRCODE = 'JR001';
+    END IF;
+    RETURN NEW;
+END $$;
+
+CREATE TRIGGER events_seq_contiguous BEFORE INSERT ON events
+FOR EACH ROW EXECUTE FUNCTION journal_events_seq();
+
+-- Derived state follows the log (schema.sql's derived_events_apply, statement for statement).
+CREATE FUNCTION journal_events_derived() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    d json := NEW.data::json;
+    innermost BIGINT;
+BEGIN
+    IF NEW.type = 'turn_start' THEN
+        INSERT INTO turn_journal (session_id, start_seq, turn, phase, checkpoint_seq, submission_id, outer_start)
+        VALUES (NEW.session_id, NEW.seq, journal_json_int(d -> 'turn'), 'before_provider', NEW.seq,
+                d ->> 'submission_id',
+                (SELECT max(start_seq) FROM turn_journal
+                  WHERE session_id = NEW.session_id AND end_seq IS NULL AND start_seq < NEW.seq));
+        RETURN NULL;
+    END IF;
+    IF NEW.type IN ('turn_end', 'step_start', 'step_end', 'assistant_message') THEN
+        innermost := (SELECT max(start_seq) FROM turn_journal
+                       WHERE session_id = NEW.session_id AND end_seq IS NULL AND start_seq < NEW.seq);
+    END IF;
+    IF NEW.type = 'turn_end' THEN
+        UPDATE turn_journal
+           SET phase = 'committed', end_seq = NEW.seq, revision = revision + 1, step_open = 0,
+               end_reason = CASE WHEN d ->> 'reason' IN ('complete', 'rejected', 'interrupted') THEN d ->> 'reason' END
+         WHERE session_id = NEW.session_id AND start_seq = innermost;
+    ELSIF NEW.type = 'step_start' THEN
+        UPDATE turn_journal SET steps = steps + 1, step_open = 1, revision = revision + 1
+         WHERE session_id = NEW.session_id AND start_seq = innermost;
+    ELSIF NEW.type = 'step_end' THEN
+        UPDATE turn_journal
+           SET step_open = 0, phase = 'before_provider', checkpoint_seq = NEW.seq,
+               tool_request = NULL, stream_key = NULL, revision = revision + 1
+         WHERE session_id = NEW.session_id AND start_seq = innermost;
+    ELSIF NEW.type = 'assistant_message' THEN
+        -- A call id twice in one message is requested once (its first place), as SQLite's
+        -- statement-at-a-time upsert leaves it.
+        INSERT INTO tool_calls (session_id, call_id, name, requested_seq, state)
+        SELECT DISTINCT ON (c.value ->> 'id') NEW.session_id, c.value ->> 'id', c.value ->> 'name', NEW.seq, 'requested'
+          FROM json_array_elements(d -> 'tool_calls') WITH ORDINALITY AS c (value, n)
+         WHERE json_typeof(c.value) = 'object' AND json_typeof(c.value -> 'id') = 'string'
+         ORDER BY c.value ->> 'id', c.n
+        ON CONFLICT (session_id, call_id) DO UPDATE
+           SET requested_seq = coalesce(tool_calls.requested_seq, excluded.requested_seq),
+               name = coalesce(tool_calls.name, excluded.name);
+        IF json_array_length(d -> 'tool_calls') > 0 THEN
+            UPDATE turn_journal
+               SET phase = 'tool_request_recorded', tool_request = d ->> 'tool_calls',
+                   checkpoint_seq = NEW.seq, revision = revision + 1
+             WHERE session_id = NEW.session_id AND start_seq = innermost;
+        END IF;
+    ELSIF NEW.type = 'tool_call' THEN
+        INSERT INTO tool_calls (session_id, call_id, name, dispatch_seq, state, effect, idempotency_key, request_id)
+        VALUES (NEW.session_id, d ->> 'id', d ->> 'name', NEW.seq, 'dispatched',
+                d ->> 'effect', d ->> 'idempotency_key', d ->> 'request_id')
+        ON CONFLICT (session_id, call_id) DO UPDATE
+           SET dispatch_seq = excluded.dispatch_seq,
+               state = CASE WHEN tool_calls.state = 'requested' THEN 'dispatched' ELSE tool_calls.state END,
+               name = coalesce(tool_calls.name, excluded.name),
+               effect = excluded.effect,
+               idempotency_key = excluded.idempotency_key,
+               request_id = excluded.request_id;
+    ELSIF NEW.type = 'tool_result' THEN
+        INSERT INTO tool_calls (session_id, call_id, name, result_seq, state)
+        VALUES (NEW.session_id, d ->> 'tool_call_id', d ->> 'name', NEW.seq, 'resolved')
+        ON CONFLICT (session_id, call_id) DO UPDATE
+           SET result_seq = excluded.result_seq, state = 'resolved';
+    ELSIF NEW.type = 'operator_resolution' THEN
+        UPDATE tool_calls SET state = 'resolved'
+         WHERE session_id = NEW.session_id AND call_id = d ->> 'tool_call_id' AND state = 'indeterminate';
+        UPDATE notifications SET acked_ms = NEW.time_ms
+         WHERE session_id = NEW.session_id AND call_id = d ->> 'tool_call_id' AND acked_ms IS NULL;
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER events_derived AFTER INSERT ON events
+FOR EACH ROW WHEN (
+    NEW.type IN ('turn_start', 'turn_end', 'step_start', 'step_end', 'tool_call', 'tool_result', 'operator_resolution')
+    OR (NEW.type = 'assistant_message' AND strpos(NEW.data, '"tool_calls"') > 0
+        AND json_typeof(NEW.data::json -> 'tool_calls') = 'array')
+) EXECUTE FUNCTION journal_events_derived();
+
+-- A compaction's row (schema.sql's compaction_events_apply): well-formed replaces of surface
+-- events and every retract, each placed from the one before it in the fork chain.
+CREATE FUNCTION journal_events_compaction() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    d json := NEW.data::json;
+    op json;
+    op_first BIGINT;
+    op_last BIGINT;
+    n BIGINT;
+BEGIN
+    IF NEW.type <> 'retract' THEN
+        IF NEW.type NOT IN ('system_message', 'user_message', 'assistant_message', 'tool_result') THEN
+            RETURN NULL;
+        END IF;
+        op := d -> 'surface_op';
+        IF json_typeof(op) IS DISTINCT FROM 'array' OR json_array_length(op) <> 3
+           OR json_typeof(op -> 0) <> 'string' OR op ->> 0 <> 'replace' THEN
+            RETURN NULL;
+        END IF;
+        op_first := journal_json_int(op -> 1);
+        op_last := journal_json_int(op -> 2);
+        IF op_first IS NULL OR op_last IS NULL OR op_first < 0 OR op_first > op_last THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    WITH RECURSIVE
+        chain (owner, lo, hi, parent) AS (
+            SELECT id, seed_length, NEW.seq, parent_id FROM sessions WHERE id = NEW.session_id
+            UNION ALL
+            SELECT s.id, least(s.seed_length, c.lo), c.lo, s.parent_id
+              FROM chain AS c JOIN sessions AS s ON s.id = c.parent
+             WHERE c.lo > 0
+        ),
+        previous (seq, after) AS (
+            SELECT m.seq, m.after FROM chain AS c
+              JOIN compactions AS m ON m.session_id = c.owner AND m.seq >= c.lo AND m.seq < c.hi
+             ORDER BY m.seq DESC LIMIT 1
+        )
+    SELECT coalesce((SELECT after FROM previous), 0) + (
+               SELECT count(*) FROM chain AS c
+                 JOIN events AS e ON e.session_id = c.owner AND e.seq < c.hi
+                  AND e.seq >= greatest(c.lo, coalesce((SELECT seq FROM previous) + 1, 0))
+                WHERE e.type IN ('system_message', 'user_message', 'assistant_message', 'tool_result'))
+      INTO n;
+    IF NEW.type = 'retract' THEN
+        INSERT INTO compactions (session_id, seq, kind, first, last, before, after)
+        VALUES (NEW.session_id, NEW.seq, 'retract', greatest(n - 1, 0), greatest(n - 1, 0), n, greatest(n - 1, 0));
+    ELSE
+        INSERT INTO compactions (session_id, seq, kind, first, last, before, after)
+        VALUES (NEW.session_id, NEW.seq, 'replace', op_first, op_last, n,
+                CASE WHEN op_first >= n THEN n + 1 ELSE n - (least(op_last, n - 1) - op_first) END);
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER events_compaction AFTER INSERT ON events
+FOR EACH ROW WHEN (strpos(NEW.data, '"surface_op"') > 0 OR NEW.type = 'retract')
+EXECUTE FUNCTION journal_events_compaction();
+
+-- The top-level scalar entries of a session's meta (schema.sql's sessions_meta).
+CREATE FUNCTION journal_sessions_meta() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO session_meta (session_id, key, type, value)
+    SELECT NEW.id, m.key,
+           CASE json_typeof(m.value)
+               WHEN 'string' THEN 'text'
+               WHEN 'boolean' THEN m.value::text
+               ELSE CASE WHEN m.value::text ~ '^-?[0-9]+$' THEN 'integer' ELSE 'real' END
+           END,
+           CASE json_typeof(m.value)
+               WHEN 'string' THEN m.value #>> '{}'
+               WHEN 'boolean' THEN CASE WHEN m.value::text = 'true' THEN '1' ELSE '0' END
+               ELSE m.value::text
+           END
+      FROM json_each(NEW.meta::json) AS m
+     WHERE json_typeof(m.value) NOT IN ('object', 'array', 'null')
+    ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER sessions_meta AFTER INSERT ON sessions
+FOR EACH ROW WHEN (NEW.meta IS NOT NULL) EXECUTE FUNCTION journal_sessions_meta();
