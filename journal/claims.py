@@ -71,6 +71,9 @@ _RUNNABLE = (
     "WHERE e.session_id = q.session_id AND e.state = 'queued' AND e.rowid < q.rowid) "
     "ORDER BY q.rowid LIMIT 1"
 )
+# Where claimers on several hosts run at once (PostgreSQL), each takes the row it found and
+# passes over the rows other claimers hold: the submission is theirs until they commit.
+_TAKE = " FOR UPDATE OF q SKIP LOCKED"
 
 
 class Claims:
@@ -102,13 +105,17 @@ class Claims:
             check_int("now_ms", now_ms, maximum=MAX_CLOCK_MS)
         owner = owner or lease_owner()
         runnable = _RUNNABLE.format(session="AND q.session_id = ? " if session_id is not None else "")
-        with self._store.write("claim") as db:
+        if self._store.dialect != "sqlite":
+            runnable += _TAKE
+        # The write is scoped to the one session it finds (an SQLite write holds the file).
+        with self._store.write("claim", sessions=()) as db:
             now = now_ms if now_ms is not None else _log.now_ms()
             while True:
                 row = db.one(runnable, (session_id,) if session_id is not None else ())
                 if row is None:
                     return None
                 sub = _queue.get_txn(db, row[0])
+                db.lock_session(sub.session_id)
                 if sub.attempt < sub.max_attempts:
                     return self._start_attempt_txn(db, sub, owner, lease_ms, now)
                 _queue.transition_txn(
@@ -121,7 +128,7 @@ class Claims:
             db, sub.id, sub.attempt, from_=SubmissionState.QUEUED, to=SubmissionState.RUNNING, now=now,
             lease=(owner, now + lease_ms), resume_mode=None,
         )  # fmt: skip
-        assert moved  # inside BEGIN IMMEDIATE nothing else can have moved it
+        assert moved  # nothing else can have moved it: BEGIN IMMEDIATE, or the row's lock
         attempt = sub.attempt + 1
         start_seq = open_turn_txn(db, sub.session_id)
         if sub.input_seq is None:
@@ -146,7 +153,7 @@ class Claims:
         """Give the submission up: it is failed, and its turn (if open) is closed as rejected."""
         if not isinstance(reason, str) or not reason:
             raise InvalidArgument("reason", "must be a non-empty string")
-        with self._store.write("fail") as db:
+        with self._store.write("fail", sessions=(claim.submission.session_id,)) as db:
             sub = self._queue.held_txn(db, claim)
             now = _log.now_ms()
             if sub.turn_start_seq is not None:

@@ -494,7 +494,7 @@ class Log:
         session_id = uuid.uuid4().hex if id is None else check_session_id(id)
         meta_text = None if meta is None else self.codec.encode("x.meta", meta)
         created = now_ms()
-        with self._store.write("create_session") as db:
+        with self._store.write("create_session", sessions=(session_id,)) as db:
             insert_session_txn(db, session_id, created, meta=meta_text)
         return Session(id=session_id, count=0, created_ms=created, meta=meta)
 
@@ -596,7 +596,7 @@ class Log:
             else:
                 row, sql = (session_id, seq, type, text, time_ms, key), _INSERT_OWN_KEYED
             try:
-                if self._appends.run_one(sql, row, present=lambda db: _stored(db, row)):
+                if self._appends.run_one(sql, row, present=lambda db: _stored(db, row), session=session_id):
                     guesses[session_id] = seq + 1
                     return Event(session_id, seq, type, copy, time_ms, key)
             except SchemaViolation:
@@ -627,7 +627,7 @@ class Log:
             written.append(seq)
             return seq
 
-        done = self._appends.run(work, present=present)
+        done = self._appends.run(work, present=present, session=session_id)
         if isinstance(done, Event):
             return done
         return Event(session_id, done, type, copy, time_ms, key)
@@ -670,7 +670,7 @@ class Log:
         if not encoded and values is None:
             return []
         time_ms = now_ms()
-        with self._store.write("append_many") as db:
+        with self._store.write("append_many", sessions=(session_id,)) as db:
             first = next_seq_txn(db, session_id)
             if expected_count is not None and first != expected_count:
                 raise CountMismatch(session_id, expected_count, first)
@@ -718,7 +718,7 @@ class Log:
         """Write keyed state values (each a JSON value or bytes) in one transaction: a new
         version of each key, dated by the session's event count; the others are untouched."""
         encoded = _state.encode_values(self.codec, values)
-        with self._store.write("set_state") as db:
+        with self._store.write("set_state", sessions=(session_id,)) as db:
             _state.write_txn(db, session_id, next_seq_txn(db, session_id), encoded)
 
     def state(self, session_id: str, *, keys: Iterable[str] | None = None, as_of: int | None = None) -> dict[str, Any]:

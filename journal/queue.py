@@ -216,7 +216,7 @@ class Queue:
         text = self._log.codec.encode(type, data)
         submission_id = uuid.uuid4().hex if id is None else _log.check_session_id(id)
         now = _log.now_ms()
-        with self._store.write("submit") as db:
+        with self._store.write("submit", sessions=(session_id,)) as db:
             _log.next_seq_txn(db, session_id)
             db.execute(
                 "INSERT INTO submissions (id, session_id, type, data, state, max_attempts, timeout_s, created_ms, "
@@ -254,7 +254,7 @@ class Queue:
     def renew(self, claim: Claim, *, lease_ms: int = DEFAULT_LEASE_MS) -> None:
         """Extend the claim's lease from now."""
         check_lease_ms(lease_ms)
-        with self._store.write("renew") as db:
+        with self._store.write("renew", sessions=(claim.submission.session_id,)) as db:
             self.held_txn(db, claim)
             now = _log.now_ms()
             db.execute(
@@ -264,6 +264,6 @@ class Queue:
 
     def requeue(self, claim: Claim) -> None:
         """Put the submission back at the head of its queue; the next claim takes its turn over."""
-        with self._store.write("requeue") as db:
+        with self._store.write("requeue", sessions=(claim.submission.session_id,)) as db:
             sub = self.held_txn(db, claim)
             transition_txn(db, sub.id, claim.attempt, from_=_R, to=_Q, now=_log.now_ms())

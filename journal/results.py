@@ -222,7 +222,7 @@ class Results:
         time_ms = _log.now_ms()
         # Synced even under durability="normal": the tool runs next, and a power cut must not
         # take the record of a dispatch whose side effect stays (G6).
-        with self._store.write("dispatch", synced=True) as db:
+        with self._store.write("dispatch", synced=True, sessions=(session_id,)) as db:
             requested_seq, call = _requested_txn(db, session_id, call_id)
             dispatched = _log.dispatch_seq_txn(db, session_id, call_id)
             if dispatched is not None:
@@ -266,7 +266,7 @@ class Results:
             data["metadata"] = metadata
         text = self._log.codec.encode("tool_result", data)
         time_ms = _log.now_ms()
-        with self._store.write("put_result") as db:
+        with self._store.write("put_result", sessions=(session_id,)) as db:
             outcome = put_result_txn(db, session_id, call_id, text, time_ms)
         return outcome
 

@@ -101,7 +101,7 @@ class Transcript:
         if type not in _SUMMARY_TYPES:
             raise InvalidArgument("type", f"a summary is one of {_SUMMARY_TYPES}, not {type!r}")
         time_ms = _log.now_ms()
-        with self._store.write("append") as db:
+        with self._store.write("append", sessions=(session_id,)) as db:
             count = _End(db, session_id).length() if places_compactions(db) else len(fold(_log.read_events_txn(db, session_id)))
             valid = all(isinstance(x, int) and not isinstance(x, bool) for x in (start, stop))
             if not valid or not 0 <= start <= stop < count:
@@ -118,7 +118,7 @@ class Transcript:
         if reason is not None and not isinstance(reason, str):
             raise InvalidArgument("reason", f"must be a string, not {type(reason).__name__}")
         time_ms = _log.now_ms()
-        with self._store.write("retract") as db:
+        with self._store.write("retract", sessions=(session_id,)) as db:
             last = _tail_txn(db, session_id, 1)
             if not last:
                 return None

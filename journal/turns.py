@@ -264,7 +264,7 @@ class Turns:
     def turn_start(self, session_id: str) -> Turn:
         """Open a turn (``turn_start``, numbered from 1 by counting the log's turns)."""
         time_ms = _log.now_ms()
-        with self._store.write("turn_start") as db:
+        with self._store.write("turn_start", sessions=(session_id,)) as db:
             return self.start_txn(db, session_id, time_ms, owner=lease_owner())
 
     @contextlib.contextmanager
@@ -300,7 +300,7 @@ class Turns:
         return handle
 
     def _take_over(self, session_id: str, *, missing_ok: bool) -> Turn | None:
-        with self._store.write("take_over") as db:
+        with self._store.write("take_over", sessions=(session_id,)) as db:
             start_seq = open_turn_txn(db, session_id)
             if start_seq is None:
                 _log.next_seq_txn(db, session_id)  # SessionNotFound first
@@ -335,7 +335,7 @@ class Turns:
     def step_start(self, turn: Turn) -> Event:
         """Open the next step of the turn."""
         time_ms = _log.now_ms()
-        with self._store.write("step_start") as db:
+        with self._store.write("step_start", sessions=(turn.session_id,)) as db:
             row = self._held_txn(db, turn)
             if row.step_open:
                 raise OpenTurnError(turn.start_seq, f"step {row.steps} is still open: end it first")
@@ -350,7 +350,7 @@ class Turns:
         if outcome not in (StepOutcome.OK.value, StepOutcome.ERROR.value):
             raise InvalidArgument("outcome", f'must be "ok" or "error", not {outcome!r}')
         time_ms = _log.now_ms()
-        with self._store.write("step_end") as db:
+        with self._store.write("step_end", sessions=(turn.session_id,)) as db:
             row = self._held_txn(db, turn)
             if not row.step_open:
                 raise NoOpenTurn(turn.session_id, "step_end with no open step")
@@ -364,7 +364,7 @@ class Turns:
         """Record that the model request is going out (phase ``provider_started``)."""
         if stream_key is not None and (not isinstance(stream_key, str) or not stream_key):
             raise InvalidArgument("stream_key", "must be a non-empty string")
-        with self._store.write("provider_started") as db:
+        with self._store.write("provider_started", sessions=(turn.session_id,)) as db:
             row = self._held_txn(db, turn)
             if not row.step_open:
                 raise NoOpenTurn(turn.session_id, "provider_started outside a step")
@@ -388,7 +388,7 @@ class Turns:
         data.setdefault("stop_reason", "tool_use" if data.get("tool_calls") else "stop")
         text, copy = self._log.codec.encode_copy("assistant_message", data)
         time_ms = _log.now_ms()
-        with self._store.write("assistant") as db:
+        with self._store.write("assistant", sessions=(turn.session_id,)) as db:
             row = self._held_txn(db, turn)
             if not row.step_open:
                 raise NoOpenTurn(turn.session_id, "an assistant message outside a step")
@@ -406,7 +406,7 @@ class Turns:
                 "reason", f'must be "complete" or "rejected" ("interrupted" is written only by recovery), not {reason!r}'
             )
         time_ms = _log.now_ms()
-        with self._store.write("turn_end") as db:
+        with self._store.write("turn_end", sessions=(turn.session_id,)) as db:
             row = self._held_txn(db, turn)
             if row.step_open:
                 raise OpenTurnError(turn.start_seq, f"step {row.steps} is still open: end it first")
@@ -428,7 +428,7 @@ class Turns:
         check_int("index", index)
         if not isinstance(content, str):
             raise InvalidArgument("content", f"must be a string, not {type(content).__name__}")
-        with self._store.write("save_chunk") as db:
+        with self._store.write("save_chunk", sessions=(session_id,)) as db:
             _log.next_seq_txn(db, session_id)
             db.execute(
                 "INSERT INTO stream_chunks (stream_key, idx, session_id, content, time_ms) VALUES (?, ?, ?, ?, ?) "

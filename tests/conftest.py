@@ -34,6 +34,7 @@ CONTRACT = {
     "test_transfer",
     "test_turn_owner",
     "test_turns",
+    "test_workers",
 }
 BACKENDS = ("sqlite", "postgresql")
 

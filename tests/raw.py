@@ -22,9 +22,9 @@ class WriteLock:
     def __init__(self, target: Any) -> None:
         self.raw = Raw(target)
         if self.raw.postgres:
-            from journal.store.postgres import WRITE_LOCK_KEY
+            from journal.store.postgres import lock_key
 
-            key = self.raw.value(WRITE_LOCK_KEY)
+            key = lock_key(self.raw.value("SELECT current_schema()"))
             self.raw.execute("BEGIN")
             self.raw.execute(f"SELECT pg_advisory_xact_lock({key})")
         else:

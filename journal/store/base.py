@@ -6,7 +6,7 @@ A part never sees a driver: it runs SQL through a ``Database`` handle inside a t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -30,6 +30,9 @@ class Database(Protocol):
     def one(self, sql: str, bindings: Any = None) -> tuple[Any, ...] | None: ...
     def value(self, sql: str, bindings: Any = None) -> Any: ...
     def changes(self) -> int: ...
+    def lock_session(self, session_id: str) -> None:
+        """Inside a write scoped to sessions (``Store.write(sessions=...)``): take one more
+        session, found by the write itself (a claim's). SQLite's writes are whole-file: no-op."""
 
     @property
     def in_transaction(self) -> bool: ...
@@ -51,6 +54,10 @@ class Store(Protocol):
     readonly: bool
     next_seqs: dict[str, int]
 
+    # ``sessions``: the write changes the rows of these sessions only (``()``: of the sessions it
+    # takes with ``Database.lock_session``). A backend whose writers run at once (PostgreSQL)
+    # then serialises it only with the writes of the same sessions; ``None`` (the default) is a
+    # write of the whole journal, serialised with every other, as every write is on SQLite.
     def write(
         self,
         operation: str,
@@ -58,9 +65,16 @@ class Store(Protocol):
         present: Callable[[Database], bool] | None = None,
         synced: bool = False,
         commit: bool = True,
+        sessions: Sequence[str] | None = None,
     ) -> AbstractContextManager[Database]: ...
     def write_one(
-        self, operation: str, sql: str, bindings: Any, *, present: Callable[[Database], bool] | None = None
+        self,
+        operation: str,
+        sql: str,
+        bindings: Any,
+        *,
+        present: Callable[[Database], bool] | None = None,
+        sessions: Sequence[str] | None = None,
     ) -> int | None: ...
     def batch(self, operation: str, *, synced: bool = False) -> AbstractContextManager[Batch]: ...
     def read(self) -> AbstractContextManager[Database]: ...

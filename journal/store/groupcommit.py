@@ -28,10 +28,11 @@ class Pending:
     ``wake`` is held from the start; the leader that finishes the append, or hands it the lead,
     releases it: the cheapest way to wake exactly one thread."""
 
-    __slots__ = ("done", "error", "lead", "result", "wake", "work")
+    __slots__ = ("done", "error", "lead", "result", "session", "wake", "work")
 
-    def __init__(self, work: Callable[[Database], Any]) -> None:
+    def __init__(self, work: Callable[[Database], Any], session: str | None = None) -> None:
         self.work = work
+        self.session = session  # the one session it writes, if the caller said
         self.result: Any = None
         self.error: BaseException | None = None
         self.done = False  # committed (or failed) by a leader
@@ -55,9 +56,16 @@ class GroupCommit:
         self._queue: list[Pending] = []
         self._leading = False
 
-    def run(self, work: Callable[[Database], Any], *, present: Callable[[Database], bool] | None = None) -> Any:
-        """Run ``work(db)`` inside a committed transaction and return what it returned."""
-        item = Pending(work)
+    def run(
+        self,
+        work: Callable[[Database], Any],
+        *,
+        present: Callable[[Database], bool] | None = None,
+        session: str | None = None,
+    ) -> Any:
+        """Run ``work(db)`` inside a committed transaction and return what it returned.
+        ``session``: the one session ``work`` writes (see ``_commit``)."""
+        item = Pending(work, session)
         with self._mutex:
             follow = self._leading
             if follow:
@@ -76,7 +84,14 @@ class GroupCommit:
             raise item.error
         return item.result
 
-    def run_one(self, sql: str, bindings: Any, *, present: Callable[[Database], bool] | None = None) -> int | None:
+    def run_one(
+        self,
+        sql: str,
+        bindings: Any,
+        *,
+        present: Callable[[Database], bool] | None = None,
+        session: str | None = None,
+    ) -> int | None:
         """Commit one statement on its own (``Store.write_one``) unless other threads are writing
         through this group: how many rows it changed, or ``None`` if it was not run (the caller
         then uses ``run``).
@@ -86,7 +101,8 @@ class GroupCommit:
         """
         if self._leading or self._queue:
             return None
-        return self._store.write_one(self._operation, sql, bindings, present=present)
+        scope = None if session is None else (session,)
+        return self._store.write_one(self._operation, sql, bindings, present=present, sessions=scope)
 
     def _lead(self, own: Pending, present: Callable[[Database], bool] | None) -> None:
         """Commit ``own`` with everything queued, then hand the lead on (``_leading`` is ours)."""
@@ -132,11 +148,21 @@ class GroupCommit:
         def present_alone(db: Database) -> bool:  # only a lone append can tell by re-reading
             return len(batch) == 1 and present is not None and present(db)
 
+        # Where writers of different sessions run at once (PostgreSQL), a transaction holds
+        # the locks of the sessions it writes, taken when it begins: it takes the leader's
+        # session, and only the appends queued for that session ride along (the others wait
+        # for the next leader). On SQLite every transaction holds the file, and takes them all.
+        own = batch[0].session
+        scoped = own is not None and self._store.dialect != "sqlite"
         try:
-            with self._store.write(self._operation, present=present_alone) as db:
+            with self._store.write(self._operation, present=present_alone, sessions=(own,) if scoped else None) as db:
                 with self._mutex:
-                    batch += self._queue
-                    self._queue = []
+                    if scoped:
+                        riders = [item for item in self._queue if item.session == own]
+                        self._queue = [item for item in self._queue if item.session != own]
+                    else:
+                        riders, self._queue = self._queue, []
+                    batch += riders
                 if len(batch) == 1:
                     batch[0].result = batch[0].work(db)
                     return

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import re
 import threading
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal
 from importlib import resources
 from typing import Any
@@ -56,9 +57,13 @@ from journal.store.base import UniqueViolation
 APPLICATION = "journal"
 SCHEMA_VERSION = 6  # the same version as the SQLite file's: the same tables and guarantees
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
-# The key of the advisory lock every write transaction holds: one per journal (a database may
-# hold several, each in its own schema), derived from the schema's name.
-WRITE_LOCK_KEY = "SELECT hashtextextended('journal:' || current_schema(), 0)"
+
+
+def lock_key(schema: str, session_id: str | None = None) -> int:
+    """The advisory lock (a signed 64-bit key) of a journal, one per schema (a database may
+    hold several journals), or of one of its sessions. Every host derives the same keys."""
+    name = f"journal:{schema}" if session_id is None else f"journal:{schema}:session:{session_id}"
+    return int.from_bytes(hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big", signed=True)
 
 
 def schema_sql() -> str:
@@ -178,14 +183,21 @@ _UNSENDABLE = (UnicodeEncodeError, psycopg.DataError)
 class PgDatabase:
     """The handle a transaction's body gets (``journal.store.base.Database``)."""
 
-    __slots__ = ("_conn", "_cursor", "_guarded", "next_seqs")
+    __slots__ = ("_conn", "_cursor", "_guarded", "_lock", "next_seqs")
     dialect = "postgresql"
 
-    def __init__(self, conn: psycopg.Connection, *, guarded: bool) -> None:
+    def __init__(self, conn: psycopg.Connection, *, guarded: bool, lock: str | None = None) -> None:
         self._conn = conn
         self._cursor: psycopg.Cursor | None = None
         self._guarded = guarded  # inside a write transaction: refusals are undone alone
+        self._lock = lock  # the schema, in a write scoped to sessions: lock_session takes more
         self.next_seqs: dict[str, int] = {}
+
+    def lock_session(self, session_id: str) -> None:
+        """Take one more session's lock in a write scoped to sessions (a claim takes the one it
+        found); a write of the whole journal holds every session already."""
+        if self._lock is not None:
+            self._conn.execute(f"SELECT pg_advisory_xact_lock({lock_key(self._lock, session_id)})")
 
     def execute(self, sql: str, bindings: Any = None) -> psycopg.Cursor:
         text, order, writes = pg_sql(sql)
@@ -345,7 +357,7 @@ class PostgresStore:
         self._closed = False
         self.next_seqs: dict[str, int] = {}
         self._conn: psycopg.Connection | None = None
-        self._begin_write = ""
+        self.schema = ""
         self._conn = self._connect()
         try:
             self._prepare_schema()
@@ -367,7 +379,7 @@ class PostgresStore:
             conn.execute(f"SET lock_timeout = {int(self.busy_timeout_ms)}")
             if self.readonly:
                 conn.execute("SET default_transaction_read_only = on")
-            self._begin_write = f"BEGIN; SELECT pg_advisory_xact_lock({conn.execute(WRITE_LOCK_KEY).fetchone()[0]})"
+            self.schema = conn.execute("SELECT current_schema()").fetchone()[0]
         except psycopg.Error as exc:
             conn.close()
             raise self._translate(exc, "open", outcome=WriteOutcome.ABSENT) from exc
@@ -436,11 +448,26 @@ class PostgresStore:
             self._conn = conn = self._connect()
         return conn
 
-    def _begin(self, conn: psycopg.Connection, operation: str, *, synced: bool) -> None:
+    def _begin_sql(self, sessions: Sequence[str] | None) -> str:
+        """``BEGIN`` and the write's locks, as one round trip: the journal's lock exclusive for a
+        write of the whole journal (``sessions`` None); else shared, then each session's in a
+        fixed order (the keys'), so two writers never wait on each other in a cycle."""
+        journal_key = lock_key(self.schema)
+        if sessions is None:
+            return f"BEGIN; SELECT pg_advisory_xact_lock({journal_key})"
+        keys = sorted({lock_key(self.schema, s) for s in sessions})
+        return "; ".join(
+            ["BEGIN", f"SELECT pg_advisory_xact_lock_shared({journal_key})"]
+            + [f"SELECT pg_advisory_xact_lock({key})" for key in keys]
+        )
+
+    def _begin(
+        self, conn: psycopg.Connection, operation: str, *, synced: bool, sessions: Sequence[str] | None = None
+    ) -> None:
         if self._in_txn:
             raise RuntimeError("journal: nested write transaction (use a *_txn helper)")
         try:
-            conn.execute(self._begin_write)
+            conn.execute(self._begin_sql(sessions))
             if synced and self.durability is not Durability.FULL:
                 conn.execute("SET LOCAL synchronous_commit = on")
         except psycopg.Error as exc:
@@ -456,6 +483,7 @@ class PostgresStore:
         present: Callable[[PgDatabase], bool] | None = None,
         synced: bool = False,
         commit: bool = True,
+        sessions: Sequence[str] | None = None,
     ) -> Iterator[PgDatabase]:
         """One write transaction, committed when the body returns (see the module's doc).
         As ``SqliteStore.write``: crash points ``<operation>.before_commit`` and
@@ -466,8 +494,8 @@ class PostgresStore:
                     yield db
                 return
             conn = self._checked()
-            self._begin(conn, operation, synced=synced)
-            db = PgDatabase(conn, guarded=True)
+            self._begin(conn, operation, synced=synced, sessions=sessions)
+            db = PgDatabase(conn, guarded=True, lock=None if sessions is None else self.schema)
             try:
                 try:
                     yield db
@@ -498,7 +526,13 @@ class PostgresStore:
                 self._in_txn = False
 
     def write_one(
-        self, operation: str, sql: str, bindings: Any, *, present: Callable[[PgDatabase], bool] | None = None
+        self,
+        operation: str,
+        sql: str,
+        bindings: Any,
+        *,
+        present: Callable[[PgDatabase], bool] | None = None,
+        sessions: Sequence[str] | None = None,
     ) -> int | None:
         """One statement as a transaction of its own; how many rows it changed. ``None`` if
         another thread holds the connection or a crash point is armed (then use ``write``)."""
@@ -513,7 +547,7 @@ class PostgresStore:
             if self._in_txn:
                 raise RuntimeError("journal: nested write transaction (use a *_txn helper)")
             conn = self._checked()
-            self._begin(conn, operation, synced=False)
+            self._begin(conn, operation, synced=False, sessions=sessions)
             db = PgDatabase(conn, guarded=False)
             try:
                 try:

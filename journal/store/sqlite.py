@@ -16,7 +16,7 @@ import random
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 from typing import Any
 
@@ -264,6 +264,9 @@ class SqliteDatabase:
 
     def changes(self) -> int:
         return self._conn.changes()
+
+    def lock_session(self, session_id: str) -> None:
+        """Nothing to take: an SQLite write transaction holds the whole file."""
 
     @property
     def in_transaction(self) -> bool:
@@ -588,6 +591,7 @@ class SqliteStore:
         present: Callable[[SqliteDatabase], bool] | None = None,
         synced: bool = False,
         commit: bool = True,
+        sessions: Sequence[str] | None = None,
     ) -> Iterator[SqliteDatabase]:
         """One ``BEGIN IMMEDIATE`` transaction, committed when the body returns (rolled back
         instead with ``commit=False``: a dry run sees its own writes, and nothing stays).
@@ -597,6 +601,7 @@ class SqliteStore:
         unknown (DESIGN §4); ``present`` may re-read to say the write is there after all.
         ``synced`` makes this commit survive power loss even under ``durability="normal"`` (the
         dispatch barrier needs it: a tool must never run on a record a power cut can take).
+        ``sessions`` is for a backend whose writers run at once: here every write holds the file.
         """
         with self._lock:
             conn = self._checked()
@@ -637,7 +642,13 @@ class SqliteStore:
                     self._restore_synchronous()
 
     def write_one(
-        self, operation: str, sql: str, bindings: Any, *, present: Callable[[SqliteDatabase], bool] | None = None
+        self,
+        operation: str,
+        sql: str,
+        bindings: Any,
+        *,
+        present: Callable[[SqliteDatabase], bool] | None = None,
+        sessions: Sequence[str] | None = None,
     ) -> int | None:
         """Run one statement as a transaction of its own and return how many rows it changed;
         ``None`` if it did not run because another thread holds the connection or a crash point
