@@ -205,13 +205,16 @@ class PgDatabase:
             bindings = [bindings[i] for i in order]
         conn = self._conn
         if writes and self._guarded:
-            conn.execute("SAVEPOINT statement")
+            # Under a savepoint, so that a refusal undoes this statement alone; the three go
+            # in one round trip (a pipeline), and after an error the server skips the rest.
             try:
-                cursor = conn.execute(text, bindings)
+                with conn.pipeline():
+                    conn.execute("SAVEPOINT statement", prepare=False)
+                    cursor = conn.execute(text, bindings, prepare=False)
+                    conn.execute("RELEASE statement", prepare=False)
             except BaseException as exc:
                 self._undo()
                 raise self._refused(exc) from exc
-            conn.execute("RELEASE statement")
         else:
             try:
                 cursor = conn.execute(text, bindings)
@@ -547,26 +550,34 @@ class PostgresStore:
             if self._in_txn:
                 raise RuntimeError("journal: nested write transaction (use a *_txn helper)")
             conn = self._checked()
-            self._begin(conn, operation, synced=False, sessions=sessions)
-            db = PgDatabase(conn, guarded=False)
+            text, order, _ = pg_sql(sql)
+            if order is not None:
+                bindings = [bindings[i] for i in order]
+            # BEGIN, the locks, the statement and COMMIT go in one round trip (a pipeline; its
+            # statements are not prepared: psycopg 3.3 loses track of a statement it prepared
+            # in a pipeline that an error aborted).
+            # After an error the server skips the rest: a refused statement, or a lock not had
+            # in time, committed nothing; any other error (the connection lost) leaves the
+            # outcome unknown, as a failed COMMIT does.
             try:
                 try:
-                    db.execute(sql, bindings)
-                except JournalError:
-                    self._rollback(conn)
+                    with conn.pipeline():
+                        for statement in self._begin_sql(sessions).split("; "):
+                            conn.execute(statement, prepare=False)
+                        cursor = conn.execute(text, bindings, prepare=False)
+                        conn.execute("COMMIT", prepare=False)
+                except _UNSENDABLE as exc:
+                    raise _bad_value(exc) from exc
+            except BaseException as exc:
+                self._rollback(conn)
+                state = getattr(exc, "sqlstate", None) or ""
+                if isinstance(exc, JournalError) or not isinstance(exc, psycopg.Error):
                     raise
-                except psycopg.Error as exc:
-                    self._rollback(conn)
+                if state.startswith(_REFUSED_CLASS) or state in ("JR001", "22P02", *_BAD_VALUE, *_BUSY):
                     raise self._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
-                try:
-                    conn.execute("COMMIT")
-                except psycopg.Error as exc:
-                    self._rollback(conn)
-                    self.next_seqs.clear()
-                    raise self._commit_failed(exc, operation, present) from exc
-                return db.changes()
-            finally:
-                self._in_txn = False
+                self.next_seqs.clear()
+                raise self._commit_failed(exc, operation, present) from exc
+            return max(cursor.rowcount, 0)
         finally:
             self._lock.release()
 
