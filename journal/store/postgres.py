@@ -391,15 +391,18 @@ class PostgresStore:
     def _stamp(self, conn: psycopg.Connection) -> tuple[str, int] | None:
         """``(application, version)`` from ``journal_meta``, ``None`` if the schema is empty;
         ``NotAJournal`` if it holds another application's tables."""
-        if conn.execute("SELECT to_regclass('journal_meta')").fetchone()[0] is not None:
+        # One statement, one snapshot of the catalog: the stamp's table and the others are seen
+        # as of the same moment (a journal being created shows both or neither).
+        stamped, tables = conn.execute(
+            "SELECT count(*) FILTER (WHERE c.relname = 'journal_meta' AND c.relkind = 'r'), count(*) "
+            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'v', 'm', 'p', 'f')"
+        ).fetchone()
+        if stamped:
             row = conn.execute("SELECT application, schema_version FROM journal_meta").fetchone()
             if row is None:
                 raise NotAJournal(self.path, "its journal_meta table is empty")
             return row[0], row[1]
-        tables = conn.execute(
-            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'v', 'm', 'p', 'f')"
-        ).fetchone()[0]
         if tables:
             raise NotAJournal(self.path, "a PostgreSQL schema of another application (it has tables and no journal_meta)")
         return None
