@@ -160,6 +160,11 @@ class Journal:
     def durability(self) -> Durability:
         return self._store.durability
 
+    def size_bytes(self) -> int:
+        """What the journal takes on disk: the file and its WAL, or on a server its tables and
+        indexes."""
+        return self._store.size_bytes()
+
     def checkpoint(self) -> None:
         """Copy the write-ahead log into the main file now (bounds what ``normal`` can lose)."""
         self._store.checkpoint()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -142,12 +141,12 @@ def purge(db: str, session: str, copy_forks: bool, yes: bool) -> None:
 @db_option
 @output_options
 def stats(db: str, as_json: bool, as_nl: bool) -> None:
-    """Counts: sessions, events, open turns, unresolved calls, file size."""
+    """Counts: sessions, events, open turns, unresolved calls, size on disk."""
     with open_journal(db, readonly=True) as j:
         totals = j.session_totals()  # counted in SQL: no Session is built
         report = j.scan()
+        size = j.size_bytes()
     counts = {"sessions": totals.sessions, "forks": totals.forks, "events": totals.events}
-    size = sum(os.path.getsize(p) for p in (db, db + "-wal") if os.path.exists(p))
     document = {
         **counts,
         "open_turns": len(report.open_turns),

@@ -675,6 +675,14 @@ class PostgresStore:
                 db.value(f"SELECT count(*) FROM {table}")
         return problems or ["ok"]
 
+    def size_bytes(self) -> int:
+        """The journal's tables, with their indexes and TOAST, in bytes."""
+        with self.read() as db:
+            return db.value(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+            )
+
     def checkpoint(self) -> None:
         """Nothing to do: the server checkpoints its own write-ahead log."""
         self._checked()

@@ -825,6 +825,10 @@ class SqliteStore:
         with self.read() as db:
             return [row[0] for row in db.execute("PRAGMA integrity_check")]
 
+    def size_bytes(self) -> int:
+        """The file and its WAL, in bytes."""
+        return sum(os.path.getsize(p) for p in (self.path, self.path + "-wal") if os.path.exists(p))
+
     def checkpoint(self) -> None:
         """Copy the WAL into the database file (``TRUNCATE`` mode)."""
         with self._lock:
