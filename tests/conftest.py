@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # run on both backends, SQLite and PostgreSQL, unless marked `sqlite_only` with the reason.
 CONTRACT = {
     "test_adapter_primitives",
+    "test_cli",
     "test_effects",
     "test_fork",
     "test_g12_hostile_input",

@@ -62,6 +62,7 @@ def test_a_library_error_is_one_line_and_exit_status_1(cli) -> None:
     assert bad.exit_code == 1 and "data.content" in bad.output
 
 
+@pytest.mark.sqlite_only(reason="a file's bytes (tests/test_postgres.py checks a foreign schema)")
 def test_not_a_journal_is_reported_and_the_file_untouched(cli, db_path: Path) -> None:
     db_path.write_text("not a database")
     result = cli("sessions", ok=False)
