@@ -370,11 +370,11 @@ class PostgresStore:
 
     # -- opening -------------------------------------------------------------------------------
 
-    def _connect(self) -> psycopg.Connection:
+    def _connect(self, operation: str = "open") -> psycopg.Connection:
         try:
             conn = psycopg.connect(self._dsn, autocommit=True, application_name="journal")
         except psycopg.Error as exc:
-            raise JournalIOError("open", WriteOutcome.ABSENT, f"cannot connect to {self.path}: {exc}") from exc
+            raise JournalIOError(operation, WriteOutcome.ABSENT, f"cannot connect to {self.path}: {exc}") from exc
         try:
             conn.adapters.register_loader("numeric", _Numeric)
             sync = "on" if self.durability is Durability.FULL else "off"
@@ -441,7 +441,7 @@ class PostgresStore:
 
     # -- transactions --------------------------------------------------------------------------
 
-    def _checked(self) -> psycopg.Connection:
+    def _checked(self, operation: str) -> psycopg.Connection:
         if self._closed:
             raise JournalClosed()
         conn = self._conn
@@ -451,7 +451,7 @@ class PostgresStore:
                 with contextlib.suppress(Exception):
                     conn.close()
             self._conn = None
-            self._conn = conn = self._connect()
+            self._conn = conn = self._connect(operation)
         return conn
 
     def _begin_sql(self, sessions: Sequence[str] | None) -> str:
@@ -499,7 +499,7 @@ class PostgresStore:
                 with self._batch.savepoint(operation, synced=synced, commit=commit) as db:
                     yield db
                 return
-            conn = self._checked()
+            conn = self._checked(operation)
             self._begin(conn, operation, synced=synced, sessions=sessions)
             db = PgDatabase(conn, guarded=True, lock=None if sessions is None else self.schema)
             try:
@@ -552,7 +552,7 @@ class PostgresStore:
         try:
             if self._in_txn:
                 raise RuntimeError("journal: nested write transaction (use a *_txn helper)")
-            conn = self._checked()
+            conn = self._checked(operation)
             text, order, _ = pg_sql(sql)
             if order is not None:
                 bindings = [bindings[i] for i in order]
@@ -590,7 +590,7 @@ class PostgresStore:
         ``SqliteStore.batch``: each write inside is a savepoint; one COMMIT makes them all
         durable."""
         with self._lock:
-            conn = self._checked()
+            conn = self._checked(operation)
             self._begin(conn, operation, synced=synced)
             batch = self._batch = _Batch(self, conn)
             try:
@@ -643,10 +643,14 @@ class PostgresStore:
         """One read snapshot, or the caller's open write transaction."""
         with self._lock:
             if self._in_txn:
+                # The caller's write transaction (or a crash-point observer of its commit).
                 assert self._conn is not None
-                yield PgDatabase(self._conn, guarded=True)
+                try:
+                    yield PgDatabase(self._conn, guarded=True)
+                except psycopg.Error as exc:
+                    raise self._translate(exc, "read", outcome=WriteOutcome.ABSENT) from exc
                 return
-            conn = self._checked()
+            conn = self._checked("read")
             try:
                 conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 try:
@@ -685,7 +689,7 @@ class PostgresStore:
 
     def checkpoint(self) -> None:
         """Nothing to do: the server checkpoints its own write-ahead log."""
-        self._checked()
+        self._checked("checkpoint")
 
     def close(self) -> None:
         with self._lock:

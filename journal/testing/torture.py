@@ -21,22 +21,48 @@ Kill trials run the agent in a child process (about 0.2 s each); storage-fault t
 the worker process through the fault VFS. Trials run on ``--jobs`` worker processes, started
 with ``spawn``: a script that calls ``campaign()`` must do so under ``if __name__ ==
 "__main__":``.
+
+On PostgreSQL (DESIGN §16; ``campaign(database=...)``, ``journal torture --db postgresql://...``)
+the client-kill kinds run against that database, each trial in a schema of its own (so trials
+never share a journal): the schema is dropped when the trial passes and kept, and named in the
+report, when it fails. The profile of a clean run is measured there too. The storage-fault kinds
+are not run: they need SQLite's fault VFS (the report lists the kinds that ran). With a server of
+its own (``campaign(server=PgServer(...))``, ``journal torture --postgres``) the campaign adds
+the kind ``server_crash``: while the agent runs in its child process, the server is stopped with
+``pg_ctl stop -m immediate`` after a random delay and started again at once. The agent may
+carry on over a new connection, or die of the typed error its lost connection raised
+(``JournalIOError``; a commit in flight has outcome ``unknown``): that is the agent's crash, and
+the restart is judged like any other trial's. The witness rules are ``judge``'s: only a commit
+that returned counts as committed, so a commit whose outcome was unknown may or may not be
+there. An error that escapes the agent untranslated (not a ``JournalError``, nor the driver error
+one was raised from) is counted in ``untyped_errors``.
+
+A server crash breaks every connection to the server, so no other trial may run while it is
+down. The rule is the simplest that is correct: the client-kill trials run first, on the worker
+processes, and the ``server_crash`` trials run after the pool has finished, one at a time, in the
+campaign's own process (which owns the server).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import multiprocessing
 import os
 import random
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 import traceback
+import urllib.parse
+import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -45,8 +71,21 @@ from journal import open as open_journal
 from journal.escape import escape
 from journal.testing import workload as _scripted
 from journal.testing.faultvfs import FaultVFS
-from journal.testing.harness import CommitWitness, Harness, Verdict, judge
+from journal.testing.harness import (
+    _READY,
+    DEFAULT_TIMEOUT_S,
+    CommitWitness,
+    Harness,
+    Verdict,
+    _child_main,
+    judge,
+    read_witness,
+    run_child,
+)
 from journal.testing.ledger import Ledger
+
+if TYPE_CHECKING:
+    from journal.testing.pgserver import PgServer
 
 SESSION = "agent"
 AGENT_WORKLOAD = "journal.testing.torture:agent_workload"
@@ -70,6 +109,12 @@ WEIGHTS = {
     "io_error": 0.07,
     "disk_full": 0.03,
 }
+SERVER_CRASH = "server_crash"
+# On PostgreSQL: the client-kill kinds (``--db``), and with a server of the campaign's own
+# (``--postgres``) the server crash too. Crash points get most trials: each must be visited.
+PG_WEIGHTS = {"kill_at_point": 0.60, "kill_at_random": 0.25, "kill_in_recovery": 0.15}
+PG_SERVER_WEIGHTS = {"kill_at_point": 0.55, "kill_at_random": 0.20, "kill_in_recovery": 0.10, SERVER_CRASH: 0.15}
+ALL_KINDS = (*KINDS, SERVER_CRASH)
 RECOVERY_POINTS = ("recover.before_commit", "recover.after_commit")
 CHECKPOINT_CHOICES = (None, 8, 64)
 # Operations whose commit appends at least one event: a wrong outcome shows in the event count.
@@ -138,9 +183,21 @@ class Profile:
         return list(dict.fromkeys(p for p, _ in self.trace))
 
 
-def profile(durability: str, directory: Path) -> Profile:
-    """Run the agent once in this process, cleanly, and measure it."""
-    path, ledger = directory / "trace.db", Ledger(directory / "trace.ledger")
+def profile(durability: str, directory: Path, *, pg: Postgres | None = None) -> Profile:
+    """Run the agent once in this process, cleanly, and measure it (with ``pg``: on that
+    PostgreSQL database, in a schema of its own, dropped afterwards; no storage-fault counts)."""
+    if pg is None:
+        return _profile(durability, directory, directory / "trace.db", io_counts=True)
+    schema = pg.schema("profile")
+    dsn = pg.create(schema)
+    try:
+        return _profile(durability, directory, dsn, io_counts=False)
+    finally:
+        pg.drop(schema)
+
+
+def _profile(durability: str, directory: Path, path: str | Path, *, io_counts: bool) -> Profile:
+    ledger = Ledger(directory / "trace.ledger")
     with open_journal(path, durability=durability) as j:
         witness = CommitWitness(j)
         started = time.perf_counter()
@@ -158,7 +215,7 @@ def profile(durability: str, directory: Path) -> Profile:
         if turn_open:
             open_turn.append((name, seen[name]))
     io = {}
-    for pages in CHECKPOINT_CHOICES:
+    for pages in CHECKPOINT_CHOICES if io_counts else ():
         io[str(pages)] = _count_io(directory / f"io-{pages}", durability, pages)
     return Profile(durability, tuple(trace), tuple(open_turn), expected, duration, io)
 
@@ -206,6 +263,8 @@ class Trial:
             return f"kill after {self.delay_s:.4f} s"
         if self.kind == "kill_in_recovery":
             return f"kill at {self.point}, then recovery killed at {self.recovery_point}"
+        if self.kind == SERVER_CRASH:
+            return f"server stopped (immediate) {self.delay_s:.4f} s into the run, then started"
         pages = f", checkpoint_pages={self.checkpoint_pages}"
         if self.kind in POWER_KINDS:
             return f"{self.kind.replace('_', ' ')} at {self.op} {self.at} (seed {self.seed}{pages})"
@@ -215,14 +274,16 @@ class Trial:
         return f"disk full after {self.after_bytes} bytes, then {self.then}{pages}"
 
 
-def allocate(trials: int) -> dict[str, int]:
-    """How many trials of each kind (``WEIGHTS``, largest remainder; every kind once if possible)."""
-    raw = {kind: WEIGHTS[kind] * trials for kind in KINDS}
+def allocate(trials: int, weights: Mapping[str, float] = WEIGHTS) -> dict[str, int]:
+    """How many trials of each kind (``weights``, which sum to 1; largest remainder; every kind
+    once if possible)."""
+    kinds = tuple(weights)
+    raw = {kind: weights[kind] * trials for kind in kinds}
     counts = {kind: int(value) for kind, value in raw.items()}
-    for kind in sorted(KINDS, key=lambda k: raw[k] - counts[k], reverse=True)[: trials - sum(counts.values())]:
+    for kind in sorted(kinds, key=lambda k: raw[k] - counts[k], reverse=True)[: trials - sum(counts.values())]:
         counts[kind] += 1
-    if trials >= len(KINDS):
-        for kind in KINDS:
+    if trials >= len(kinds):
+        for kind in kinds:
             if counts[kind] == 0:
                 donor = max(counts, key=counts.__getitem__)
                 counts[donor] -= 1
@@ -230,10 +291,10 @@ def allocate(trials: int) -> dict[str, int]:
     return counts
 
 
-def plan(trials: int, seed: int, prof: Profile) -> list[Trial]:
-    """The campaign's trials, drawn deterministically from ``seed``."""
+def plan(trials: int, seed: int, prof: Profile, *, weights: Mapping[str, float] = WEIGHTS) -> list[Trial]:
+    """The campaign's trials of the kinds ``weights`` names, drawn deterministically from ``seed``."""
     rng = random.Random(seed)
-    counts = allocate(trials)
+    counts = dict.fromkeys(ALL_KINDS, 0) | allocate(trials, weights)
     out: list[Trial] = []
 
     def add(kind: str, **fields: Any) -> None:
@@ -260,6 +321,8 @@ def plan(trials: int, seed: int, prof: Profile) -> list[Trial]:
         pages = rng.choice(CHECKPOINT_CHOICES)
         after = rng.randint(0, prof.io[str(pages)]["bytes"])
         add("disk_full", after_bytes=after, then=rng.choice(("close", "continue")), checkpoint_pages=pages)
+    for _ in range(counts[SERVER_CRASH]):
+        add(SERVER_CRASH, delay_s=round(rng.uniform(0, prof.duration_s), 5))
     return out
 
 
@@ -281,23 +344,41 @@ def _point_cycle(prof: Profile, count: int, rng: random.Random) -> Iterable[tupl
 # -- running one trial ----------------------------------------------------------------------------
 
 
-def run_trial(trial: Trial, prof: Profile, root: str) -> dict[str, Any]:
-    """Run one trial in this process (kill trials start a child); never raises."""
+def run_trial(
+    trial: Trial, prof: Profile, root: str, pg: Postgres | None = None, server: PgServer | None = None
+) -> dict[str, Any]:
+    """Run one trial in this process (kill trials start a child); never raises.
+
+    With ``pg`` the trial's journal is a new schema of that database (dropped if the trial
+    passes); a ``server_crash`` trial also needs the ``server`` it stops and starts."""
     directory = Path(root) / f"trial-{trial.index:05d}"
     started = time.perf_counter()
     extra: dict[str, Any] = {"covered": [], "wrong_outcomes": [], "untyped_errors": [], "library_errors": {}}
+    schema = dsn = None
     try:
-        if trial.kind in KILL_KINDS:
-            verdict = _kill_trial(trial, prof, directory, extra)
+        if pg is not None:
+            name = pg.schema(f"{trial.index:05d}")
+            dsn, schema = pg.create(name), name
+        if trial.kind == SERVER_CRASH:
+            if server is None or dsn is None:
+                raise ValueError("a server_crash trial needs a PostgreSQL server of the campaign's own")
+            verdict = _server_crash_trial(trial, directory, dsn, server, extra)
+        elif trial.kind in KILL_KINDS:
+            verdict = _kill_trial(trial, prof, directory, extra, dsn=dsn)
         else:
             verdict = _storage_trial(trial, prof, directory, extra)
         document = verdict.to_dict()
     except Exception:  # noqa: BLE001 - a trial that blows up is reported, the campaign goes on
-        document = {"ok": False, "problems": ["harness error: " + traceback.format_exc(limit=4)], "harness_error": True}
+        document = _harness_error(traceback.format_exc(limit=4))
     failed = bool(not document["ok"] or extra["wrong_outcomes"] or extra["untyped_errors"])
     if not failed:
         shutil.rmtree(directory, ignore_errors=True)
-    return {
+        if pg is not None and schema is not None and dsn is not None:
+            try:
+                pg.drop(schema)
+            except Exception:  # noqa: BLE001 - a schema left behind is reported, not hidden
+                document, failed = _harness_error(traceback.format_exc(limit=2)), True
+    outcome = {
         "trial": attrs.asdict(trial),
         "describe": trial.describe(),
         "verdict": document,
@@ -306,10 +387,23 @@ def run_trial(trial: Trial, prof: Profile, root: str) -> dict[str, Any]:
         "elapsed_s": time.perf_counter() - started,
         **extra,
     }
+    if pg is not None and schema is not None:
+        outcome["path"], outcome["schema"] = pg.redacted(dsn or pg.database), schema
+    return outcome
 
 
-def _kill_trial(trial: Trial, prof: Profile, directory: Path, extra: dict[str, Any]) -> Verdict:
-    harness = Harness(directory, workload=AGENT_WORKLOAD, session_id=SESSION, durability=trial.durability)
+def _harness_error(text: str) -> dict[str, Any]:
+    return {"ok": False, "problems": ["harness error: " + text], "harness_error": True}
+
+
+def _kill_trial(
+    trial: Trial, prof: Profile, directory: Path, extra: dict[str, Any], *, dsn: str | None = None
+) -> Verdict:
+    harness: Harness | _ServerHarness
+    if dsn is None:
+        harness = Harness(directory, workload=AGENT_WORKLOAD, session_id=SESSION, durability=trial.durability)
+    else:
+        harness = _ServerHarness(directory, dsn, trial.durability)
     if trial.kind == "kill_at_random":
         assert trial.delay_s is not None
         return harness.kill_after(trial.delay_s, expected=prof.expected)
@@ -435,6 +529,264 @@ def _ensure_session(j: Journal) -> None:
         j.create_session(SESSION)
 
 
+# -- PostgreSQL -----------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Postgres:
+    """Where a PostgreSQL campaign's journals go: a database, one schema per trial.
+
+    ``prefix`` is drawn per campaign, so two campaigns on one database never meet."""
+
+    database: str
+    """The database's ``postgresql://`` DSN, as given."""
+    prefix: str = attrs.field(factory=lambda: f"torture_{uuid.uuid4().hex[:10]}_")
+
+    def schema(self, name: str) -> str:
+        return self.prefix + name
+
+    def dsn(self, schema: str) -> str:
+        """The database's DSN with ``schema`` first on the search path: the journal is there."""
+        parts = urllib.parse.urlsplit(self.database)
+        query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        options = " ".join([value for key, value in query if key == "options"] + [f"-csearch_path={schema}"])
+        query = [(key, value) for key, value in query if key != "options"] + [("options", options)]
+        text = urllib.parse.urlencode(query, safe="/", quote_via=urllib.parse.quote)
+        return urllib.parse.urlunsplit(parts._replace(query=text))
+
+    def create(self, schema: str) -> str:
+        """Create the empty schema; the DSN of the journal it will hold."""
+        self._admin(f'CREATE SCHEMA "{schema}"', "schema creation")
+        return self.dsn(schema)
+
+    def drop(self, schema: str) -> None:
+        self._admin(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE', "schema removal")
+
+    def redacted(self, dsn: str) -> str:
+        """``dsn`` without its password, as reports show it."""
+        from journal.store.postgres import redacted
+
+        return redacted(dsn)
+
+    def _admin(self, sql: str, what: str) -> None:
+        """Run ``sql`` on the database with ``psql``: only the store talks to the driver."""
+        parts = urllib.parse.urlsplit(self.database)
+        env = dict(os.environ)  # libpq's PG* variables apply to psql as to the store
+        target = self.database
+        if parts.password is not None:  # through the environment, not the process list
+            env["PGPASSWORD"] = urllib.parse.unquote(parts.password)
+            user, _, host = parts.netloc.rpartition("@")
+            target = urllib.parse.urlunsplit(parts._replace(netloc=f"{user.split(':', 1)[0]}@{host}"))
+        command = [_psql(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", target, "-c", sql]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            detail = done.stderr.strip() or f"psql exited with status {done.returncode}"
+            raise JournalIOError(what, "unknown", f"{self.redacted(self.database)}: {detail}")
+
+
+def _psql() -> str:
+    """The PostgreSQL client: on the PATH, or beside the server's binaries."""
+    found = shutil.which("psql")
+    if found is not None:
+        return found
+    from journal.testing.pgserver import PgUnavailable, bindir
+
+    try:
+        return str(bindir() / "psql")
+    except PgUnavailable as exc:
+        raise JournalIOError("schema creation", "absent", "a PostgreSQL campaign needs psql (the client)") from exc
+
+
+def _child_spec(directory: Path, dsn: str, durability: str) -> dict[str, Any]:
+    """What ``journal.testing.harness``'s child needs: the journal (here a DSN), the ledger and
+    the witness (files in the trial's directory)."""
+    return {
+        "mode": "run",
+        "path": dsn,
+        "ledger": str(directory / "ledger"),
+        "witness": str(directory / "witness"),
+        "workload": AGENT_WORKLOAD,
+        "session_id": SESSION,
+        "durability": durability,
+        "checkpoint_pages": None,
+    }
+
+
+@attrs.frozen
+class _ServerHarness:
+    """``Harness.kill_at`` and ``kill_after`` for a journal on a PostgreSQL database: the same
+    child (``run_child``), witness and ``judge``; the journal is named by a DSN instead of a file
+    of the trial's directory, which keeps the ledger and the witness."""
+
+    directory: Path
+    dsn: str
+    durability: str
+
+    def kill_at(
+        self, point: str, n: int, *, expected: dict[str, list[Any]] | None = None, recovery_kill_at: str | None = None
+    ) -> Verdict:
+        return self._trial(f"{point}:{n}", None, recovery_kill_at, expected)
+
+    def kill_after(self, seconds: float, *, expected: dict[str, list[Any]] | None = None) -> Verdict:
+        return self._trial(None, seconds, None, expected)
+
+    def _trial(
+        self, crash_at: str | None, kill_after_s: float | None, recovery_kill_at: str | None, expected: Any
+    ) -> Verdict:
+        self.directory.mkdir(parents=True)
+        spec = _child_spec(self.directory, self.dsn, self.durability)
+        errors: list[str] = []
+        code, _, err = run_child(spec, crash_at=crash_at, kill_after_s=kill_after_s)
+        if code not in (0, -signal.SIGKILL):
+            errors.append(f"the workload's process exited with status {code}: {_last_line(err)}")
+        recovery_killed = None
+        if recovery_kill_at is not None:
+            rcode, _, rerr = run_child({**spec, "mode": "recover"}, crash_at=recovery_kill_at)
+            recovery_killed = rcode == -signal.SIGKILL
+            if rcode not in (0, -signal.SIGKILL):
+                errors.append(f"the recovery process exited with status {rcode}: {_last_line(rerr)}")
+        how = f"crash point {crash_at}" if crash_at is not None else f"SIGKILL after {kill_after_s:.4f} s"
+        verdict = judge(
+            self.dsn,
+            ledger=Ledger(self.directory / "ledger"),
+            snapshots=read_witness(self.directory / "witness")[1],
+            workload=AGENT_WORKLOAD,
+            session_id=SESSION,
+            durability=self.durability,
+            how=how if recovery_kill_at is None else f"{how}, then recovery killed at {recovery_kill_at}",
+            killed=code == -signal.SIGKILL,
+            expected=expected,
+            errors=errors,
+        )
+        return attrs.evolve(verdict, recovery_killed=recovery_killed)
+
+
+_DIED_OF_AN_ERROR = 3
+"""The exit status of a ``server_crash`` trial's child that died of an exception (it says which on stdout)."""
+
+
+def _server_crash_trial(trial: Trial, directory: Path, dsn: str, server: PgServer, extra: dict[str, Any]) -> Verdict:
+    """Run the agent in a child; ``delay_s`` after its journal is open, crash the server
+    (``pg_ctl stop -m immediate``) and start it again; then judge the restart.
+
+    The agent may carry on over a new connection, finish before the crash, or die of the error
+    its lost connection raised. Under ``normal`` (``synchronous_commit = off``) a server crash
+    may drop the last commits, as a power cut may under SQLite: ``judge`` allows a lost tail.
+    The agent's own error handling may write on after the failed write (a step closed with
+    outcome ``error``), so the log is not compared with the clean run's, and the failed write's
+    ``outcome`` is not checked against event counts (as after a storage trial's I/O error)."""
+    assert trial.delay_s is not None
+    directory.mkdir(parents=True)
+    spec = _child_spec(directory, dsn, trial.durability)
+    # The child's environment as ``run_child`` makes it: no crash point armed, this sys.path.
+    env = {k: v for k, v in os.environ.items() if k != "JOURNAL_CRASH_AT"}
+    paths = [os.path.abspath(p or os.curdir) for p in sys.path if os.path.isdir(p or os.curdir)]
+    paths += filter(None, env.get("PYTHONPATH", "").split(os.pathsep))
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    code = "import sys; from journal.testing.torture import _agent_child; sys.exit(_agent_child(sys.argv[1]))"
+    errors: list[str] = []
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, json.dumps(spec)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        if child.stdout.readline().strip() == _READY:  # EOF (a child that failed early) ends the wait too
+            try:
+                child.wait(timeout=trial.delay_s)  # a child that finishes first sees the crash after
+            except subprocess.TimeoutExpired:
+                extra["server_crashed_mid_run"] = True
+        try:
+            server.stop("immediate")
+        finally:
+            server.start()  # whatever the stop did, the next trial needs the server up
+        extra["server_crashes"] = 1
+        out, err = child.communicate(timeout=DEFAULT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        out, err = child.communicate()
+        errors.append(f"the workload's process hung for {DEFAULT_TIMEOUT_S} s after the server restarted")
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    if child.returncode == _DIED_OF_AN_ERROR:
+        died_of = json.loads(out.strip().splitlines()[-1])
+        if died_of["typed"]:
+            extra["library_errors"][died_of["error"]] = extra["library_errors"].get(died_of["error"], 0) + 1
+        outcome = f" ({died_of['outcome']})" if died_of["outcome"] is not None else ""
+        extra["agent_error"] = died_of["error"] + outcome
+        extra["untyped_errors"] += died_of["untyped"]
+    elif child.returncode != 0 and not errors:
+        errors.append(f"the workload's process exited with status {child.returncode}: {_last_line(err)}")
+    return judge(
+        dsn,
+        ledger=Ledger(directory / "ledger"),
+        snapshots=read_witness(directory / "witness")[1],
+        workload=AGENT_WORKLOAD,
+        session_id=SESSION,
+        durability=trial.durability,
+        how=trial.describe(),
+        killed=child.returncode != 0,
+        power_lost=trial.durability == "normal",
+        errors=errors,
+    )
+
+
+def _agent_child(argument: str) -> int:
+    """A ``server_crash`` trial's child: the harness's child (open, witness, agent) that, when
+    the agent dies of an exception, prints what it died of as one JSON line (``_died_of``) and
+    exits with status 3."""
+    try:
+        return _child_main(argument)
+    except Exception as exc:  # noqa: BLE001 - what the agent died of is the parent's to judge
+        print(json.dumps(_died_of(exc)), flush=True)
+        return _DIED_OF_AN_ERROR
+
+
+def _died_of(exc: BaseException) -> dict[str, Any]:
+    """The error an agent died of (class name; whether it is a ``JournalError``) and every error
+    in its chain that escaped the library untranslated: not a ``JournalError``, nor the driver
+    error a ``JournalError`` was raised from (an error handler may have raised over one)."""
+    untyped: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if not isinstance(current, JournalError):
+            untyped.append(f"{type(current).__module__}.{type(current).__name__}: {current} ({_where(current)})")
+            current = current.__context__
+        elif current.__cause__ is not None and not isinstance(current.__cause__, JournalError):
+            seen.add(id(current.__cause__))  # the translated driver error, then what it interrupted
+            current = current.__cause__.__context__
+        elif current.__cause__ is not None:
+            current = current.__cause__
+        else:
+            current = current.__context__
+    return {
+        "error": type(exc).__name__,
+        "typed": isinstance(exc, JournalError),
+        "operation": getattr(exc, "operation", None),
+        "outcome": None if getattr(exc, "outcome", None) is None else str(exc.outcome),  # type: ignore[attr-defined]
+        "untyped": untyped,
+    }
+
+
+def _where(exc: BaseException) -> str:
+    """The library's last frames an error passed through, innermost last: where to look."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f"{os.sep}journal{os.sep}" in f.filename]
+    shown = [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in frames[-4:]]
+    return "raised at " + " > ".join(shown) if shown else "raised outside the library"
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
 # -- the campaign ---------------------------------------------------------------------------------
 
 
@@ -446,18 +798,33 @@ def campaign(
     jobs: int = 2,
     workdir: str | os.PathLike[str] | None = None,
     progress: Callable[[int], None] | None = None,
+    database: str | None = None,
+    server: PgServer | None = None,
 ) -> dict[str, Any]:
-    """Run a campaign and return its report (the ``--json`` document)."""
+    """Run a campaign and return its report (the ``--json`` document).
+
+    With ``database`` (a ``postgresql://`` DSN) it runs on that PostgreSQL database, the
+    client-kill kinds only; with ``server`` (a ``PgServer`` this campaign may crash; by default
+    on a new database of it) the ``server_crash`` kind too. The server is left running."""
     started = time.perf_counter()
     root = Path(tempfile.mkdtemp(prefix="journal-torture-", dir=workdir))
+    pg = None
+    weights: Mapping[str, float] = WEIGHTS
     try:
-        prof = profile(durability, Path(tempfile.mkdtemp(dir=root)))
-        planned = plan(trials, seed, prof)
-        outcomes = list(_execute(planned, prof, root, jobs, progress))
+        if server is not None and database is None:
+            database = server.create_database()
+        if database is not None:
+            pg = Postgres(database)
+            weights = PG_SERVER_WEIGHTS if server is not None else PG_WEIGHTS
+        prof = profile(durability, Path(tempfile.mkdtemp(dir=root)), pg=pg)
+        planned = plan(trials, seed, prof, weights=weights)
+        outcomes = list(_execute(planned, prof, root, jobs, progress, pg, server))
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
     report = summarize(outcomes, prof, seed=seed)
+    if pg is not None:
+        report.update(_postgres_fields(outcomes, pg, weights))
     report["elapsed_s"] = round(time.perf_counter() - started, 1)
     report["jobs"] = jobs
     if report["failed_trials"]:
@@ -467,22 +834,72 @@ def campaign(
     return report
 
 
+def postgres_campaign(trials: int, **options: Any) -> dict[str, Any]:
+    """``campaign`` on a throwaway PostgreSQL server of its own (``PgServer``, fsync on), the
+    ``server_crash`` kind included (``journal torture --postgres``).
+
+    The server is removed afterwards, unless a trial failed: then it is stopped and kept, with
+    the failing trials' schemas, and the report names its directory (``server_dir``; start it
+    with ``pg_ctl -D <server_dir> start``)."""
+    from journal.testing.pgserver import PgServer
+
+    server = PgServer(fsync=True)
+    report = None
+    try:
+        report = campaign(trials, server=server, **options)
+    finally:
+        if report is not None and report["failed_trials"]:
+            server.stop()
+            report["server_dir"] = str(server.data)
+        else:
+            server.close()
+    return report
+
+
 def _execute(
-    planned: list[Trial], prof: Profile, root: Path, jobs: int, progress: Callable[[int], None] | None
+    planned: list[Trial],
+    prof: Profile,
+    root: Path,
+    jobs: int,
+    progress: Callable[[int], None] | None,
+    pg: Postgres | None = None,
+    server: PgServer | None = None,
 ) -> Iterable[dict[str, Any]]:
+    """Run the trials; ``server_crash`` trials last, one at a time, in this process (see the
+    module's doc: nothing else may run while the server is down)."""
+    pooled = [trial for trial in planned if trial.kind != SERVER_CRASH]
     if jobs <= 1:
-        for trial in planned:
-            yield run_trial(trial, prof, str(root))
+        for trial in pooled:
+            yield run_trial(trial, prof, str(root), pg)
             if progress:
                 progress(1)
-        return
-    context = multiprocessing.get_context("spawn")  # no inherited SQLite state in the workers
-    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        futures = [pool.submit(run_trial, trial, prof, str(root)) for trial in planned]
-        for future in concurrent.futures.as_completed(futures):
-            yield future.result()
+    else:
+        context = multiprocessing.get_context("spawn")  # no inherited SQLite state in the workers
+        with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+            futures = [pool.submit(run_trial, trial, prof, str(root), pg) for trial in pooled]
+            for future in concurrent.futures.as_completed(futures):
+                yield future.result()
+                if progress:
+                    progress(1)
+    for trial in planned:
+        if trial.kind == SERVER_CRASH:
+            yield run_trial(trial, prof, str(root), pg, server)
             if progress:
                 progress(1)
+
+
+def _postgres_fields(outcomes: list[dict[str, Any]], pg: Postgres, weights: Mapping[str, float]) -> dict[str, Any]:
+    """What a PostgreSQL campaign's report adds: where it ran, which kinds ran, the server crashes."""
+    return {
+        "backend": "postgresql",
+        "database": pg.redacted(pg.database),
+        "kinds": list(weights),
+        "kinds_not_run": [kind for kind in ALL_KINDS if kind not in weights],
+        "server_crashes": sum(o.get("server_crashes", 0) for o in outcomes),
+        "server_crashes_mid_run": sum(1 for o in outcomes if o.get("server_crashed_mid_run")),
+        "agent_errors": dict(sorted(Counter(o["agent_error"] for o in outcomes if "agent_error" in o).items())),
+        "schemas_kept": [o["schema"] for o in outcomes if o["failed"] and "schema" in o],
+    }
 
 
 def summarize(outcomes: list[dict[str, Any]], prof: Profile, *, seed: int) -> dict[str, Any]:
@@ -548,7 +965,8 @@ def summarize(outcomes: list[dict[str, Any]], prof: Profile, *, seed: int) -> di
         "failed_trials": len(failed),
         "failures": [
             {"index": o["trial"]["index"], "kind": o["trial"]["kind"], "trial": o["describe"], "path": o["path"],
-             "problems": o["verdict"].get("problems", []) + o["wrong_outcomes"] + o["untyped_errors"]}
+             "problems": o["verdict"].get("problems", []) + o["wrong_outcomes"] + o["untyped_errors"],
+             **({"schema": o["schema"]} if "schema" in o else {})}
             for o in failed[:20]
         ],
     }
@@ -561,31 +979,49 @@ def render(report: dict[str, Any]) -> str:
 
 def report_lines(report: dict[str, Any]) -> list[str]:
     """The report as a table for people, one escaped line each."""
-    kinds = ", ".join(f"{kind} {report['by_kind'].get(kind, 0)}" for kind in KINDS)
+    on_postgres = report.get("backend") == "postgresql"
+    kinds = ", ".join(f"{kind} {report['by_kind'].get(kind, 0)}" for kind in report.get("kinds", KINDS))
     rows = [
         ("trials", f"{report['trials']}  ({kinds})"),
         ("kill trials / killed", f"{report['kill_trials']} / {report['killed']}"),
         ("crash points covered", f"{len(report['crash_points_covered'])} of {len(report['crash_points_reached'])} the workload reaches"),
     ]  # fmt: skip
+    if SERVER_CRASH in report.get("kinds", ()):
+        died = ", ".join(f"{n} {error}" for error, n in report["agent_errors"].items()) or "none"
+        rows += [
+            ("server crashes", f"{report['server_crashes']} ({report['server_crashes_mid_run']} while the agent ran)"),
+            ("  agents that died of them", died),
+        ]
     rows += [(label, str(report[key])) for key, label in FAILURES]
     if report["durability"] == "normal":
         lost = report["normal_power_loss"]
         rows += [
-            ("allowed under normal, after a power cut:", ""),
+            (f"allowed under normal, after a {'server crash' if on_postgres else 'power cut'}:", ""),
             ("  commits lost (a tail)", f"{lost['committed_events_lost']} events in {lost['trials_losing_commits']} trials"),
             ("  side effects repeated", f"{lost['side_effects_repeated']} in {lost['trials_repeating_side_effects']} trials"),
             ("  side effects without a dispatch", str(lost["side_effects_without_dispatch"])),
             ("  side effects said not to have run", str(lost["side_effects_denied"])),
         ]
     width = max(len(label) for label, _ in rows)
-    lines = [f"journal torture: durability {report['durability']}, seed {report['seed']}, {report['elapsed_s']} s"]
+    where = f" on PostgreSQL ({report['database']})" if on_postgres else ""
+    settings = f"durability {report['durability']}, seed {report['seed']}, {report['elapsed_s']} s"
+    lines = [f"journal torture{where}: {settings}"]
     lines += [f"  {label:<{width}}  {value}" for label, value in rows]
     if report["crash_points_not_reached"]:
         lines.append(f"  not reached by the workload: {', '.join(report['crash_points_not_reached'])}")
+    not_run = report.get("kinds_not_run") or []
+    if any(kind != SERVER_CRASH for kind in not_run):
+        storage = ", ".join(kind for kind in not_run if kind != SERVER_CRASH)
+        lines.append(f"  not run on PostgreSQL (they need SQLite's fault VFS): {storage}")
+    if SERVER_CRASH in not_run:
+        lines.append("  not run: server_crash (it needs a server of the campaign's own: --postgres)")
     for failure in report["failures"]:
-        lines.append(f"  FAILED trial {failure['index']} ({failure['trial']}): {'; '.join(failure['problems'])}")
+        kept = f" [schema {failure['schema']} kept]" if "schema" in failure else ""
+        lines.append(f"  FAILED trial {failure['index']} ({failure['trial']}){kept}: {'; '.join(failure['problems'])}")
     if report.get("workdir"):
         lines.append(f"  the failing trials' files are kept in {report['workdir']}")
+    if report.get("server_dir"):
+        lines.append(f"  the server, with the failing trials' schemas, is kept (stopped) in {report['server_dir']}")
     lines.append("  ok: every counter is zero" if report["ok"] else "  PROBLEMS FOUND")
     # Problems quote errors and paths: each line is escaped whole, so none can forge another (G14).
     return [escape(line) for line in lines]
