@@ -10,8 +10,9 @@
 -- - `submissions.rowid` is the submission order SQLite's rowid gives.
 -- - `state.value` is bytes (a JSON value's UTF-8 text when its kind is 'json'); `session_meta`
 --   keeps each scalar meta value as its text (booleans as 1 and 0, as SQLite's json_each).
--- - The triggers are PL/pgSQL functions; the derived-state and compaction ones are gated by the
---   trigger's WHEN, as the SQLite gate triggers are.
+-- - The triggers are PL/pgSQL functions; one BEFORE INSERT trigger on events does G4's check and
+--   hands the types that change derived state or compactions to their functions, as the SQLite
+--   gate triggers do. `events` has no foreign key to `sessions`: its triggers keep the same rule.
 
 CREATE TABLE journal_meta (
     one            INTEGER PRIMARY KEY DEFAULT 1 CHECK (one = 1),
@@ -32,8 +33,12 @@ CREATE TABLE sessions (
 CREATE INDEX sessions_parent ON sessions (parent_id) WHERE parent_id IS NOT NULL;
 CREATE INDEX sessions_created ON sessions (created_ms, id);
 
+-- An event's session exists: its first event must be at the session's seed length and each
+-- later one follow the one before (the seq trigger), and a session with events is never
+-- deleted (sessions_keep_events). (A foreign key would say it again, at the cost of locking
+-- the session's row on every append: a third of the schema's cost of one.)
 CREATE TABLE events (
-    session_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id),
+    session_id TEXT COLLATE "C" NOT NULL,
     seq        BIGINT NOT NULL CHECK (seq >= 0),
     type       TEXT COLLATE "C" NOT NULL CHECK (
         type IN ('system_message', 'user_message', 'assistant_message', 'tool_result', 'tool_call',
@@ -209,56 +214,82 @@ END $$;
 CREATE TRIGGER events_no_delete BEFORE DELETE ON events
 FOR EACH ROW EXECUTE FUNCTION journal_events_no_delete();
 
--- G4: seq is contiguous from the session's seed length (with the primary key, exactly one seq
--- is open to an insert; two writers racing for it meet at the key).
-CREATE FUNCTION journal_events_seq() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION journal_sessions_keep_events() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    IF EXISTS (SELECT 1 FROM events WHERE session_id = OLD.id) THEN
+        RAISE EXCEPTION 'journal: a session with events is not deleted' USING ERRCODE = 'JR001';
+    END IF;
+    RETURN OLD;
+END $$;
+
+CREATE TRIGGER sessions_keep_events BEFORE DELETE ON sessions
+FOR EACH ROW EXECUTE FUNCTION journal_sessions_keep_events();
+
+-- One trigger per insert (each trigger a PL/pgSQL call costs about as much as the next): G4's
+-- check, then the derived state and the compactions for the types that change them, as
+-- schema.sql's gate triggers let through. It runs before the row is written, and sees the rows
+-- an INSERT ... SELECT wrote before it; the statement's failure (a taken seq, a second result)
+-- undoes what it did.
+CREATE FUNCTION journal_events_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    -- G4: seq is contiguous from the session's seed length (with the primary key, exactly one
+    -- seq is open to an insert; two writers racing for it meet at the key).
     IF NOT EXISTS (SELECT 1 FROM events WHERE session_id = NEW.session_id AND seq = NEW.seq - 1)
        AND NEW.seq IS DISTINCT FROM (SELECT seed_length FROM sessions WHERE id = NEW.session_id) THEN
         RAISE EXCEPTION 'journal: seq must continue the session contiguously' USING ERRCODE = 'JR001';
     END IF;
+    IF NEW.type IN ('turn_start', 'turn_end', 'step_start', 'step_end', 'tool_call', 'tool_result', 'operator_resolution')
+       OR (NEW.type = 'assistant_message' AND strpos(NEW.data, '"tool_calls"') > 0) THEN
+        PERFORM journal_events_derived(NEW.session_id, NEW.seq, NEW.type, NEW.data::json, NEW.time_ms);
+    END IF;
+    IF strpos(NEW.data, '"surface_op"') > 0 OR NEW.type = 'retract' THEN
+        PERFORM journal_events_compaction(NEW.session_id, NEW.seq, NEW.type, NEW.data::json);
+    END IF;
     RETURN NEW;
 END $$;
 
-CREATE TRIGGER events_seq_contiguous BEFORE INSERT ON events
-FOR EACH ROW EXECUTE FUNCTION journal_events_seq();
+CREATE TRIGGER events_insert BEFORE INSERT ON events
+FOR EACH ROW EXECUTE FUNCTION journal_events_insert();
 
 -- Derived state follows the log (schema.sql's derived_events_apply, statement for statement).
-CREATE FUNCTION journal_events_derived() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION journal_events_derived(new_session TEXT, new_seq BIGINT, new_type TEXT, d json, new_time BIGINT)
+RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
-    d json := NEW.data::json;
     innermost BIGINT;
 BEGIN
-    IF NEW.type = 'turn_start' THEN
+    IF new_type = 'turn_start' THEN
         INSERT INTO turn_journal (session_id, start_seq, turn, phase, checkpoint_seq, submission_id, outer_start)
-        VALUES (NEW.session_id, NEW.seq, journal_json_int(d -> 'turn'), 'before_provider', NEW.seq,
+        VALUES (new_session, new_seq, journal_json_int(d -> 'turn'), 'before_provider', new_seq,
                 d ->> 'submission_id',
                 (SELECT max(start_seq) FROM turn_journal
-                  WHERE session_id = NEW.session_id AND end_seq IS NULL AND start_seq < NEW.seq));
-        RETURN NULL;
+                  WHERE session_id = new_session AND end_seq IS NULL AND start_seq < new_seq));
+        RETURN;
     END IF;
-    IF NEW.type IN ('turn_end', 'step_start', 'step_end', 'assistant_message') THEN
+    IF new_type = 'assistant_message' AND json_typeof(d -> 'tool_calls') IS DISTINCT FROM 'array' THEN
+        RETURN;
+    END IF;
+    IF new_type IN ('turn_end', 'step_start', 'step_end', 'assistant_message') THEN
         innermost := (SELECT max(start_seq) FROM turn_journal
-                       WHERE session_id = NEW.session_id AND end_seq IS NULL AND start_seq < NEW.seq);
+                       WHERE session_id = new_session AND end_seq IS NULL AND start_seq < new_seq);
     END IF;
-    IF NEW.type = 'turn_end' THEN
+    IF new_type = 'turn_end' THEN
         UPDATE turn_journal
-           SET phase = 'committed', end_seq = NEW.seq, revision = revision + 1, step_open = 0,
+           SET phase = 'committed', end_seq = new_seq, revision = revision + 1, step_open = 0,
                end_reason = CASE WHEN d ->> 'reason' IN ('complete', 'rejected', 'interrupted') THEN d ->> 'reason' END
-         WHERE session_id = NEW.session_id AND start_seq = innermost;
-    ELSIF NEW.type = 'step_start' THEN
+         WHERE session_id = new_session AND start_seq = innermost;
+    ELSIF new_type = 'step_start' THEN
         UPDATE turn_journal SET steps = steps + 1, step_open = 1, revision = revision + 1
-         WHERE session_id = NEW.session_id AND start_seq = innermost;
-    ELSIF NEW.type = 'step_end' THEN
+         WHERE session_id = new_session AND start_seq = innermost;
+    ELSIF new_type = 'step_end' THEN
         UPDATE turn_journal
-           SET step_open = 0, phase = 'before_provider', checkpoint_seq = NEW.seq,
+           SET step_open = 0, phase = 'before_provider', checkpoint_seq = new_seq,
                tool_request = NULL, stream_key = NULL, revision = revision + 1
-         WHERE session_id = NEW.session_id AND start_seq = innermost;
-    ELSIF NEW.type = 'assistant_message' THEN
+         WHERE session_id = new_session AND start_seq = innermost;
+    ELSIF new_type = 'assistant_message' THEN
         -- A call id twice in one message is requested once (its first place), as SQLite's
         -- statement-at-a-time upsert leaves it.
         INSERT INTO tool_calls (session_id, call_id, name, requested_seq, state)
-        SELECT DISTINCT ON (c.value ->> 'id') NEW.session_id, c.value ->> 'id', c.value ->> 'name', NEW.seq, 'requested'
+        SELECT DISTINCT ON (c.value ->> 'id') new_session, c.value ->> 'id', c.value ->> 'name', new_seq, 'requested'
           FROM json_array_elements(d -> 'tool_calls') WITH ORDINALITY AS c (value, n)
          WHERE json_typeof(c.value) = 'object' AND json_typeof(c.value -> 'id') = 'string'
          ORDER BY c.value ->> 'id', c.n
@@ -268,12 +299,12 @@ BEGIN
         IF json_array_length(d -> 'tool_calls') > 0 THEN
             UPDATE turn_journal
                SET phase = 'tool_request_recorded', tool_request = d ->> 'tool_calls',
-                   checkpoint_seq = NEW.seq, revision = revision + 1
-             WHERE session_id = NEW.session_id AND start_seq = innermost;
+                   checkpoint_seq = new_seq, revision = revision + 1
+             WHERE session_id = new_session AND start_seq = innermost;
         END IF;
-    ELSIF NEW.type = 'tool_call' THEN
+    ELSIF new_type = 'tool_call' THEN
         INSERT INTO tool_calls (session_id, call_id, name, dispatch_seq, state, effect, idempotency_key, request_id)
-        VALUES (NEW.session_id, d ->> 'id', d ->> 'name', NEW.seq, 'dispatched',
+        VALUES (new_session, d ->> 'id', d ->> 'name', new_seq, 'dispatched',
                 d ->> 'effect', d ->> 'idempotency_key', d ->> 'request_id')
         ON CONFLICT (session_id, call_id) DO UPDATE
            SET dispatch_seq = excluded.dispatch_seq,
@@ -282,55 +313,47 @@ BEGIN
                effect = excluded.effect,
                idempotency_key = excluded.idempotency_key,
                request_id = excluded.request_id;
-    ELSIF NEW.type = 'tool_result' THEN
+    ELSIF new_type = 'tool_result' THEN
         INSERT INTO tool_calls (session_id, call_id, name, result_seq, state)
-        VALUES (NEW.session_id, d ->> 'tool_call_id', d ->> 'name', NEW.seq, 'resolved')
+        VALUES (new_session, d ->> 'tool_call_id', d ->> 'name', new_seq, 'resolved')
         ON CONFLICT (session_id, call_id) DO UPDATE
            SET result_seq = excluded.result_seq, state = 'resolved';
-    ELSIF NEW.type = 'operator_resolution' THEN
+    ELSIF new_type = 'operator_resolution' THEN
         UPDATE tool_calls SET state = 'resolved'
-         WHERE session_id = NEW.session_id AND call_id = d ->> 'tool_call_id' AND state = 'indeterminate';
-        UPDATE notifications SET acked_ms = NEW.time_ms
-         WHERE session_id = NEW.session_id AND call_id = d ->> 'tool_call_id' AND acked_ms IS NULL;
+         WHERE session_id = new_session AND call_id = d ->> 'tool_call_id' AND state = 'indeterminate';
+        UPDATE notifications SET acked_ms = new_time
+         WHERE session_id = new_session AND call_id = d ->> 'tool_call_id' AND acked_ms IS NULL;
     END IF;
-    RETURN NULL;
 END $$;
-
-CREATE TRIGGER events_derived AFTER INSERT ON events
-FOR EACH ROW WHEN (
-    NEW.type IN ('turn_start', 'turn_end', 'step_start', 'step_end', 'tool_call', 'tool_result', 'operator_resolution')
-    OR (NEW.type = 'assistant_message' AND strpos(NEW.data, '"tool_calls"') > 0
-        AND json_typeof(NEW.data::json -> 'tool_calls') = 'array')
-) EXECUTE FUNCTION journal_events_derived();
 
 -- A compaction's row (schema.sql's compaction_events_apply): well-formed replaces of surface
 -- events and every retract, each placed from the one before it in the fork chain.
-CREATE FUNCTION journal_events_compaction() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION journal_events_compaction(new_session TEXT, new_seq BIGINT, new_type TEXT, d json)
+RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
-    d json := NEW.data::json;
     op json;
     op_first BIGINT;
     op_last BIGINT;
     n BIGINT;
 BEGIN
-    IF NEW.type <> 'retract' THEN
-        IF NEW.type NOT IN ('system_message', 'user_message', 'assistant_message', 'tool_result') THEN
-            RETURN NULL;
+    IF new_type <> 'retract' THEN
+        IF new_type NOT IN ('system_message', 'user_message', 'assistant_message', 'tool_result') THEN
+            RETURN;
         END IF;
         op := d -> 'surface_op';
         IF json_typeof(op) IS DISTINCT FROM 'array' OR json_array_length(op) <> 3
            OR json_typeof(op -> 0) <> 'string' OR op ->> 0 <> 'replace' THEN
-            RETURN NULL;
+            RETURN;
         END IF;
         op_first := journal_json_int(op -> 1);
         op_last := journal_json_int(op -> 2);
         IF op_first IS NULL OR op_last IS NULL OR op_first < 0 OR op_first > op_last THEN
-            RETURN NULL;
+            RETURN;
         END IF;
     END IF;
     WITH RECURSIVE
         chain (owner, lo, hi, parent) AS (
-            SELECT id, seed_length, NEW.seq, parent_id FROM sessions WHERE id = NEW.session_id
+            SELECT id, seed_length, new_seq, parent_id FROM sessions WHERE id = new_session
             UNION ALL
             SELECT s.id, least(s.seed_length, c.lo), c.lo, s.parent_id
               FROM chain AS c JOIN sessions AS s ON s.id = c.parent
@@ -347,20 +370,16 @@ BEGIN
                   AND e.seq >= greatest(c.lo, coalesce((SELECT seq FROM previous) + 1, 0))
                 WHERE e.type IN ('system_message', 'user_message', 'assistant_message', 'tool_result'))
       INTO n;
-    IF NEW.type = 'retract' THEN
+    IF new_type = 'retract' THEN
         INSERT INTO compactions (session_id, seq, kind, first, last, before, after)
-        VALUES (NEW.session_id, NEW.seq, 'retract', greatest(n - 1, 0), greatest(n - 1, 0), n, greatest(n - 1, 0));
+        VALUES (new_session, new_seq, 'retract', greatest(n - 1, 0), greatest(n - 1, 0), n, greatest(n - 1, 0));
     ELSE
         INSERT INTO compactions (session_id, seq, kind, first, last, before, after)
-        VALUES (NEW.session_id, NEW.seq, 'replace', op_first, op_last, n,
+        VALUES (new_session, new_seq, 'replace', op_first, op_last, n,
                 CASE WHEN op_first >= n THEN n + 1 ELSE n - (least(op_last, n - 1) - op_first) END);
     END IF;
-    RETURN NULL;
+    RETURN;
 END $$;
-
-CREATE TRIGGER events_compaction AFTER INSERT ON events
-FOR EACH ROW WHEN (strpos(NEW.data, '"surface_op"') > 0 OR NEW.type = 'retract')
-EXECUTE FUNCTION journal_events_compaction();
 
 -- The top-level scalar entries of a session's meta (schema.sql's sessions_meta).
 CREATE FUNCTION journal_sessions_meta() RETURNS trigger LANGUAGE plpgsql AS $$

@@ -18,7 +18,7 @@ import journal.aio
 from journal.cli import main as cli
 from journal.store.postgres import SCHEMA_VERSION, redacted
 from journal.testing.pgserver import PgServer
-from tests.raw import Raw
+from tests.raw import Raw, Refused
 
 
 def _schema_dump(dsn: str) -> str:
@@ -207,3 +207,19 @@ def test_the_cli_reads_a_server_and_refuses_a_database_without_a_journal(pg_dsn:
     assert missing.exit_code != 0 and "no such journal" in missing.output
     with psycopg.connect(pg_dsn) as conn:  # and nothing was created for it
         assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'none_%'").fetchone()[0] == 0
+
+
+def test_a_session_with_events_is_never_deleted_by_hand(pg_dsn: str) -> None:
+    # (events has no foreign key to sessions on PostgreSQL: its triggers keep the rule)
+    with journal.open(pg_dsn) as j:
+        j.create_session("s")
+        j.append("s", "user_message", {"content": "keep me"})
+    with Raw(pg_dsn) as raw:
+        with pytest.raises(Refused):
+            raw.execute("DELETE FROM sessions WHERE id = 's'")
+        with pytest.raises(Refused):  # nor can an event name a session that does not exist
+            raw.execute("INSERT INTO events (session_id, seq, type, data, time_ms) VALUES ('ghost', 0, 'x.e', '{}', 0)")
+    with journal.open(pg_dsn) as j:
+        assert j.count("s") == 1
+        j.purge("s")  # purge erases it all, the one way
+        assert j.sessions() == []

@@ -176,6 +176,17 @@ def _bad_value(exc: BaseException) -> InvalidArgument:
     return InvalidArgument("argument", f"PostgreSQL cannot hold it: {exc}")
 
 
+def _script(conn: psycopg.Connection, before: str, text: str, bindings: Any, after: str) -> psycopg.Cursor:
+    """``before; text; after`` as one simple query: one round trip (a prepared statement and a
+    pipeline each cost more here), the statement's values bound, and quoted, by psycopg on the
+    client. The cursor is left on the statement's own result."""
+    cursor = psycopg.ClientCursor(conn)
+    cursor.execute(f"{before}; {text}; {after}", () if bindings is None else bindings)
+    for _ in range(before.count(";") + 1):
+        cursor.nextset()
+    return cursor
+
+
 # psycopg refuses these before sending anything.
 _UNSENDABLE = (UnicodeEncodeError, psycopg.DataError)
 
@@ -206,12 +217,9 @@ class PgDatabase:
         conn = self._conn
         if writes and self._guarded:
             # Under a savepoint, so that a refusal undoes this statement alone; the three go
-            # in one round trip (a pipeline), and after an error the server skips the rest.
+            # in one round trip, and after an error the server skips the rest.
             try:
-                with conn.pipeline():
-                    conn.execute("SAVEPOINT statement", prepare=False)
-                    cursor = conn.execute(text, bindings, prepare=False)
-                    conn.execute("RELEASE statement", prepare=False)
+                cursor = _script(conn, "SAVEPOINT statement", text, bindings, "RELEASE statement")
             except BaseException as exc:
                 self._undo()
                 raise self._refused(exc) from exc
@@ -556,19 +564,13 @@ class PostgresStore:
             text, order, _ = pg_sql(sql)
             if order is not None:
                 bindings = [bindings[i] for i in order]
-            # BEGIN, the locks, the statement and COMMIT go in one round trip (a pipeline; its
-            # statements are not prepared: psycopg 3.3 loses track of a statement it prepared
-            # in a pipeline that an error aborted).
-            # After an error the server skips the rest: a refused statement, or a lock not had
-            # in time, committed nothing; any other error (the connection lost) leaves the
-            # outcome unknown, as a failed COMMIT does.
+            # BEGIN, the locks, the statement and COMMIT go in one round trip. After an error
+            # the server skips the rest: a refused statement, or a lock not had in time,
+            # committed nothing; any other error (the connection lost) leaves the outcome
+            # unknown, as a failed COMMIT does.
             try:
                 try:
-                    with conn.pipeline():
-                        for statement in self._begin_sql(sessions).split("; "):
-                            conn.execute(statement, prepare=False)
-                        cursor = conn.execute(text, bindings, prepare=False)
-                        conn.execute("COMMIT", prepare=False)
+                    cursor = _script(conn, self._begin_sql(sessions), text, bindings, "COMMIT")
                 except _UNSENDABLE as exc:
                     raise _bad_value(exc) from exc
             except BaseException as exc:
