@@ -18,8 +18,9 @@ from click.testing import CliRunner
 
 from journal import JournalIOError
 from journal.cli.torture import torture as torture_command
-from journal.testing import torture
-from journal.testing.torture import Postgres, Trial, profile, run_trial
+from journal.testing import pgtorture, torture
+from journal.testing.pgtorture import Postgres
+from journal.testing.torture import Trial, profile, run_trial
 
 COUNTERS = [key for key, _ in torture.FAILURES]
 CLIENT_KILLS = ["kill_at_point", "kill_at_random", "kill_in_recovery"]
@@ -183,7 +184,7 @@ def _untyped() -> None:
     ids=["translated", "untranslated-under-a-typed-one", "untyped"],
 )
 def test_what_an_agent_died_of_names_every_untranslated_error_in_the_chain(make, error, typed, untyped) -> None:
-    died = torture._died_of(_raised(make))
+    died = pgtorture._died_of(_raised(make))
     assert (died["error"], died["typed"]) == (error, typed)
     assert [line.split(":")[0] for line in died["untyped"]] == untyped
     if error == "JournalIOError":
