@@ -73,7 +73,7 @@ _ALONE = ("recover", "recover_effects", "reconcile", "purge", "checkpoint")
 _READS = (
     "session", "sessions", "session_totals", "events", "count", "stream_chunks", "turn_state",
     "submission", "submissions", "scan", "open_turns", "interrupted", "plan", "plan_recovery",
-    "indeterminate", "messages", "provider_view", "check", "integrity_check", "state",
+    "indeterminate", "messages", "provider_view", "check", "integrity_check", "state", "size_bytes",
 )  # fmt: skip
 # Writes whose commit must survive power loss even under durability="normal" (G6).
 _SYNCED = frozenset({"dispatch"})

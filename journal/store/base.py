@@ -10,12 +10,33 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from journal.errors import SchemaViolation
-from journal.model import Durability
+from journal.errors import InvalidArgument, SchemaViolation
+from journal.model import Durability, WriteOutcome
 
 
 class UniqueViolation(SchemaViolation):
     """A statement hit a unique or primary key: the first write won (callers re-read it)."""
+
+
+def lone_surrogate(exc: UnicodeEncodeError) -> InvalidArgument:
+    """A string the driver cannot encode (a lone surrogate), refused as the caller's bad
+    argument: nothing of the statement was sent."""
+    text = exc.object if isinstance(exc.object, str) else ""
+    shown = repr(text) if len(text) <= 80 else repr(text[:77]) + "..."
+    return InvalidArgument("argument", f"{shown} holds a lone surrogate (not valid Unicode text)")
+
+
+def outcome_after_failed_commit(store: Store, present: Callable[[Database], bool] | None) -> WriteOutcome:
+    """What is known of a write whose COMMIT failed: ``present`` if re-reading finds it, else
+    ``unknown`` (a re-read that fails too tells nothing either)."""
+    if present is not None:
+        try:
+            with store.read() as db:
+                if present(db):
+                    return WriteOutcome.PRESENT
+        except Exception:  # noqa: BLE001 - the disk or the server is failing: unknown
+            pass
+    return WriteOutcome.UNKNOWN
 
 
 class Database(Protocol):

@@ -52,7 +52,7 @@ from journal.errors import (
     SchemaViolation,
 )
 from journal.model import Durability, WriteOutcome
-from journal.store.base import UniqueViolation
+from journal.store.base import UniqueViolation, lone_surrogate, outcome_after_failed_commit
 
 APPLICATION = "journal"
 SCHEMA_VERSION = 6  # the same version as the SQLite file's: the same tables and guarantees
@@ -170,9 +170,7 @@ def _bad_value(exc: BaseException) -> InvalidArgument:
     """A value psycopg cannot send (a lone surrogate, a NUL in text): the caller's bad argument,
     refused before anything of it was written."""
     if isinstance(exc, UnicodeEncodeError):
-        text = exc.object if isinstance(exc.object, str) else ""
-        shown = repr(text) if len(text) <= 80 else repr(text[:77]) + "..."
-        return InvalidArgument("argument", f"{shown} holds a lone surrogate (not valid Unicode text)")
+        return lone_surrogate(exc)
     return InvalidArgument("argument", f"PostgreSQL cannot hold it: {exc}")
 
 
@@ -525,14 +523,7 @@ class PostgresStore:
                 if not commit:
                     self._rollback(conn)
                     return
-                if crash.armed():
-                    crash.reached(f"{operation}.before_commit")
-                try:
-                    conn.execute("COMMIT")
-                except psycopg.Error as exc:
-                    self._rollback(conn)
-                    self.next_seqs.clear()
-                    raise self._commit_failed(exc, operation, present) from exc
+                self._commit(conn, operation, present)
                 self.next_seqs.update(db.next_seqs)
                 if crash.armed():
                     crash.reached(f"{operation}.after_commit")
@@ -606,32 +597,29 @@ class PostgresStore:
                     self._rollback(conn)
                     self.next_seqs.clear()
                     raise JournalIOError(operation, WriteOutcome.ABSENT, "the transaction was lost")
-                if crash.armed():
-                    crash.reached(f"{operation}.before_commit")
-                try:
-                    conn.execute("COMMIT")
-                except psycopg.Error as exc:
-                    self._rollback(conn)
-                    self.next_seqs.clear()
-                    raise self._commit_failed(exc, operation, None) from exc
+                self._commit(conn, operation, None)
                 if crash.armed():
                     crash.reached(f"{operation}.after_commit")
             finally:
                 self._batch = None
                 self._in_txn = False
 
+    def _commit(self, conn: psycopg.Connection, operation: str, present: Callable[[PgDatabase], bool] | None) -> None:
+        """COMMIT, after the crash point ``<operation>.before_commit``; if it fails, the
+        transaction is gone and the write's outcome is what ``present`` finds."""
+        if crash.armed():
+            crash.reached(f"{operation}.before_commit")
+        try:
+            conn.execute("COMMIT")
+        except psycopg.Error as exc:
+            self._rollback(conn)
+            self.next_seqs.clear()
+            raise self._commit_failed(exc, operation, present) from exc
+
     def _commit_failed(
         self, exc: psycopg.Error, operation: str, present: Callable[[PgDatabase], bool] | None
     ) -> JournalError:
-        outcome = WriteOutcome.UNKNOWN
-        if present is not None:
-            try:
-                with self.read() as db:
-                    if present(db):
-                        outcome = WriteOutcome.PRESENT
-            except (psycopg.Error, JournalError):
-                pass
-        return self._translate(exc, operation, outcome=outcome)
+        return self._translate(exc, operation, outcome=outcome_after_failed_commit(self, present))
 
     def _rollback(self, conn: psycopg.Connection) -> None:
         if conn.closed or conn.broken:

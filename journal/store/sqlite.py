@@ -37,7 +37,7 @@ from journal.errors import (
 )
 from journal.model import Durability, WriteOutcome
 from journal.store import header as _header
-from journal.store.base import UniqueViolation
+from journal.store.base import UniqueViolation, lone_surrogate, outcome_after_failed_commit
 
 APPLICATION_ID = 0x4A524E4C  # "JRNL"
 # 2: the derived-state triggers became one gate trigger and a view; the seq trigger one lookup.
@@ -208,9 +208,7 @@ _UNBINDABLE = (UnicodeEncodeError, OverflowError)
 def _unbindable(exc: BaseException) -> InvalidArgument:
     """A value SQLite cannot hold, refused as the caller's bad argument (nothing was written)."""
     if isinstance(exc, UnicodeEncodeError):
-        text = exc.object if isinstance(exc.object, str) else ""
-        shown = repr(text) if len(text) <= 80 else repr(text[:77]) + "..."
-        return InvalidArgument("argument", f"{shown} holds a lone surrogate (not valid Unicode text)")
+        return lone_surrogate(exc)
     return InvalidArgument("argument", "an integer is outside SQLite's signed 64-bit range")
 
 
@@ -754,14 +752,7 @@ class SqliteStore:
     def _commit_failed(
         self, exc: apsw.Error, operation: str, present: Callable[[SqliteDatabase], bool] | None
     ) -> JournalError:
-        outcome = WriteOutcome.UNKNOWN
-        if present is not None:
-            try:
-                with self.read() as db:
-                    if present(db):
-                        outcome = WriteOutcome.PRESENT
-            except (apsw.Error, JournalError):
-                pass
+        outcome = outcome_after_failed_commit(self, present)
         if isinstance(exc, (apsw.BusyError, apsw.LockedError)) and outcome is WriteOutcome.UNKNOWN:
             # A busy COMMIT (a checkpoint wanting a lock) leaves the transaction open in
             # SQLite; we rolled it back, so nothing was written.
