@@ -227,7 +227,12 @@ def open(
         if vfs is not None or checkpoint_pages is not None:
             name = "vfs" if vfs is not None else "checkpoint_pages"
             raise InvalidArgument(name, "applies to an SQLite file, not a PostgreSQL database")
-        from journal.store.postgres import PostgresStore  # psycopg is needed only here
+        try:
+            from journal.store.postgres import PostgresStore  # psycopg is needed only here
+        except ImportError as exc:
+            raise ImportError(
+                "a postgresql:// journal needs psycopg 3: install it with  python -m pip install 'agent-journal[postgres]'"
+            ) from exc
 
         store = PostgresStore(path, durability=level, readonly=readonly, busy_timeout_ms=busy_timeout_ms)
         return Journal(store, max_event_bytes=max_event_bytes)

@@ -223,3 +223,20 @@ def test_a_session_with_events_is_never_deleted_by_hand(pg_dsn: str) -> None:
         assert j.count("s") == 1
         j.purge("s")  # purge erases it all, the one way
         assert j.sessions() == []
+
+
+def test_without_psycopg_a_dsn_names_the_extra_to_install(tmp_path: Path) -> None:
+    from tests.conftest import run_child
+
+    code = """
+import sys
+sys.modules["psycopg"] = None  # as if it were not installed
+import journal
+try:
+    journal.open("postgresql://bot@/agents")
+except ImportError as exc:
+    print(exc)
+"""
+    done = run_child(code)
+    assert done.returncode == 0, done.stderr
+    assert "agent-journal[postgres]" in done.stdout
