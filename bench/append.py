@@ -427,7 +427,8 @@ def thread_rows(group: Group) -> list[Row]:
 # -- output -----------------------------------------------------------------------------------
 
 
-def machine() -> dict[str, Any]:
+def host() -> dict[str, Any]:
+    """The cores, CPU, platform and Python a run had (the first keys of each bench's ``machine``)."""
     cpu = "unknown"
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
         cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
@@ -436,25 +437,27 @@ def machine() -> dict[str, Any]:
         "cpu": cpu,
         "platform": platform.platform(),
         "python": platform.python_version(),
+    }
+
+
+def machine() -> dict[str, Any]:
+    return {
+        **host(),
         "apsw": apsw.apsw_version(),
         "sqlite_apsw": apsw.sqlite_lib_version(),
         "sqlite_python_sqlite3": sqlite3.sqlite_version,
         "journal": getattr(journal, "__version__", None) or _dist_version("agent-journal"),
-        "journal_commit": _git_describe(),
+        "journal_commit": git(["describe", "--always", "--dirty"]),
         "peers": {name: _dist_version(name) for name in ("openai-agents", "langgraph-checkpoint-sqlite", "dbos")},
     }
 
 
-def _git_describe() -> str | None:
-    """The repository's commit, ``-dirty`` if the work tree has changes (read-only git)."""
+def git(args: list[str]) -> str | None:
+    """What a read-only git command prints in the repository, stripped; None if empty or git fails.
+
+    ``git(["describe", "--always", "--dirty"])`` is the commit, ``-dirty`` if the work tree has changes."""
     try:
-        out = subprocess.run(
-            ["git", "-C", REPO, "describe", "--always", "--dirty"],
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
+        out = subprocess.run(["git", "-C", REPO, *args], check=False, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None
@@ -513,8 +516,9 @@ def durability_notes(rows: list[Row]) -> str:
 
 
 @contextlib.contextmanager
-def scratch_dir() -> Iterator[str]:
-    path = tempfile.mkdtemp(prefix="journal-bench-")
+def scratch_dir(*, prefix: str = "journal-bench-") -> Iterator[str]:
+    """A fresh temporary directory, removed at the end; never one inside the repository."""
+    path = tempfile.mkdtemp(prefix=prefix)
     if os.path.realpath(path).startswith(os.path.realpath(REPO) + os.sep):
         raise SystemExit(f"refusing to write benchmark files inside the repository ({path}); set TMPDIR")
     try:

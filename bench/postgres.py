@@ -62,13 +62,10 @@ import hashlib
 import json
 import multiprocessing as mp
 import os
-import platform
 import re
 import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -79,11 +76,11 @@ import apsw
 import contenders as c
 import psycopg
 import restart
+from append import close_all, git, host, log, paired_ratio, percentile, scratch_dir, table, warm_up
 
 import journal
 from journal.testing.pgserver import PgServer
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PARTS = ("append", "writers", "restart", "read")
 
 
@@ -156,10 +153,6 @@ class Group:
     samples: dict[str, list[list[int]]] = field(default_factory=dict)  # name -> per round, ns per op
 
 
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 # -- the server and its databases --------------------------------------------------------------
 
 
@@ -220,7 +213,22 @@ PING = "raw psycopg, SELECT 1"
 J_SQLITE = "journal on SQLite"
 
 
-class RawPg:
+class PgAppend:
+    """A contender whose op is ``append()`` on its own psycopg connection, ``conn``."""
+
+    conn: psycopg.Connection
+
+    def append(self) -> None:
+        raise NotImplementedError
+
+    def run(self, k: int) -> list[int]:
+        return c.timed_calls(self.append, k)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class RawPg(PgAppend):
     """One ``INSERT`` and ``commit()`` per op, psycopg's default mode (or autocommit: the
     INSERT alone)."""
 
@@ -251,12 +259,6 @@ class RawPg:
             self.conn.commit()
             self.stages[1].append(clock() - middle)
         self.seq += 1
-
-    def run(self, k: int) -> list[int]:
-        return c.timed_calls(self.append, k)
-
-    def close(self) -> None:
-        self.conn.close()
 
 
 class JournalPg:
@@ -393,7 +395,7 @@ def stage_label(sql: str) -> str:
     return text[:40]
 
 
-class Replay:
+class Replay(PgAppend):
     """Raw psycopg sending the journal's own statements for one append (the same texts, the
     same pipelines, the same ``prepare`` flags), into its own session of the journal's
     database; the INSERT's row is made afresh (json.dumps of the same dict)."""
@@ -473,12 +475,6 @@ class Replay:
             self.stages[i].append(clock() - start)
         self.seq += 1
 
-    def run(self, k: int) -> list[int]:
-        return c.timed_calls(self.append, k)
-
-    def close(self) -> None:
-        self.conn.close()
-
 
 class Ping:
     what = "SELECT 1 on an autocommit connection: one round trip to the server"
@@ -511,23 +507,18 @@ def measure(group: Group, *, rounds: int, ops: int, warm: int) -> None:
             log(f"  {group.name}: round {r + 1}/{rounds}")
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def paired_ratio(samples: dict[str, list[list[int]]], name: str, base: str) -> float:
-    """Median over rounds of (median of ``name`` / median of ``base``)."""
-    return statistics.median(
-        statistics.median(mine) / statistics.median(theirs) for mine, theirs in zip(samples[name], samples[base])
-    )
-
-
 def paired_difference_us(samples: dict[str, list[list[int]]], name: str, base: str) -> float:
     """Median over rounds of (median of ``name`` − median of ``base``), µs."""
     return statistics.median(
         (statistics.median(a) - statistics.median(b)) / 1000 for a, b in zip(samples[name], samples[base])
     )
+
+
+def stage_medians(contender: RawPg | Replay) -> list[dict[str, Any]]:
+    """Each stage of the contender's op (a round trip) and its median over all rounds, µs."""
+    return [
+        {"stage": label, "us": statistics.median(ns) / 1000} for label, ns in zip(contender.labels, contender.stages)
+    ]
 
 
 def time_row(group: Group, contender: Any, *, vs: str | None = None, target: float | None = None) -> Row:
@@ -544,7 +535,7 @@ def time_row(group: Group, contender: Any, *, vs: str | None = None, target: flo
         samples=len(us),
     )
     if vs is not None and vs in group.samples:
-        row.ratio, row.vs, row.ratio_kind = paired_ratio(group.samples, contender.name, vs), vs, "time"
+        row.ratio, row.vs, row.ratio_kind = paired_ratio(group, contender.name, vs, kind="time"), vs, "time"
         if target is not None:
             row.target = f"≤ {target:g}× {vs.split(',')[0]} time"
             row.verdict = "pass" if row.ratio <= target else "fail"
@@ -646,13 +637,8 @@ def part_append(server: PgServer, tmp: str, s: Settings) -> dict[str, Any]:
         sqlite,
     ]
     try:
-        # SQLite's WAL must stop growing first (see append.py's warm_up); PostgreSQL's is the server's.
-        for _ in range(60):
-            wal = sqlite.path + "-wal"
-            before = os.path.getsize(wal) if os.path.exists(wal) else -1
-            sqlite.run(100)
-            if before == (os.path.getsize(wal) if os.path.exists(wal) else -1):
-                break
+        # SQLite's WAL must stop growing first; PostgreSQL's is the server's.
+        warm_up(sqlite, 100, max_chunks=60)
         measure(group, rounds=s.append_rounds, ops=s.append_ops, warm=100)
         by = {x.name: x for x in group.contenders}
         rows = [time_row(group, by[RAW])]
@@ -664,13 +650,7 @@ def part_append(server: PgServer, tmp: str, s: Settings) -> dict[str, Any]:
             {"stage": label, "on_us": statistics.median(on) / 1000, "off_us": statistics.median(o) / 1000}
             for label, on, o in zip(replay.labels, replay.stages, off.stages)
         ]
-        raw_stages = [
-            {"stage": label, "us": statistics.median(ns) / 1000} for label, ns in zip(by[RAW].labels, by[RAW].stages)
-        ]
-        split_stages = [
-            {"stage": label, "us": statistics.median(ns) / 1000}
-            for label, ns in zip(by[REPLAY_SPLIT].labels, by[REPLAY_SPLIT].stages)
-        ]
+        raw_stages, split_stages = stage_medians(by[RAW]), stage_medians(by[REPLAY_SPLIT])
         flush_wait = {
             RAW: paired_difference_us(group.samples, RAW, RAW_OFF),
             REPLAY: paired_difference_us(group.samples, REPLAY, REPLAY_OFF),
@@ -686,9 +666,7 @@ def part_append(server: PgServer, tmp: str, s: Settings) -> dict[str, Any]:
             "bare table": insert_server_time(raw_dsn, by[RAW].session_id, by[RAW].seq),
         }
     finally:
-        for contender in group.contenders:
-            with contextlib.suppress(Exception):
-                contender.close()
+        close_all(group)
     return {
         "rows": rows,
         "statements": describe(statements),
@@ -1010,9 +988,7 @@ def part_read(server: PgServer, tmp: str, s: Settings) -> dict[str, Any]:
             time_row(group, group.contenders[3], vs=READ_SQLITE),
         ]
     finally:
-        for contender in group.contenders:
-            with contextlib.suppress(Exception):
-                contender.close()
+        close_all(group)
     return {"rows": rows}
 
 
@@ -1020,67 +996,23 @@ def part_read(server: PgServer, tmp: str, s: Settings) -> dict[str, Any]:
 
 
 def machine(server: dict[str, str]) -> dict[str, Any]:
-    cpu = "unknown"
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
     return {
-        "cores": os.cpu_count(),
-        "cpu": cpu,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
+        **host(),
         "psycopg": psycopg.__version__,
         "libpq": psycopg.pq.version(),
         "psycopg_impl": psycopg.pq.__impl__,
         "apsw": apsw.apsw_version(),
         "sqlite": apsw.sqlite_lib_version(),
         "server": server,
-        "journal_commit": _git(["describe", "--always", "--dirty"]),
+        "journal_commit": git(["describe", "--always", "--dirty"]),
         "journal_uncommitted": _uncommitted(),
     }
 
 
-def _git(args: list[str]) -> str | None:
-    try:
-        out = subprocess.run(["git", "-C", REPO, *args], check=False, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
-
-
 def _uncommitted() -> str | None:
     """A short hash of the uncommitted changes under journal/ (which code ran), or None."""
-    diff = _git(["diff", "HEAD", "--", "journal"])
+    diff = git(["diff", "HEAD", "--", "journal"])
     return hashlib.sha1(diff.encode()).hexdigest()[:10] if diff else None
-
-
-def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def table(rows: list[Row]) -> str:
-    header = ("group", "contender", "median µs/op", "p90 µs", "ops/s", "ratio", "vs", "target", "verdict")
-    lines = [header]
-    for r in rows:
-        lines.append(
-            (
-                r.group,
-                r.name,
-                _fmt(r.median_us, ",.1f"),
-                _fmt(r.p90_us, ",.1f"),
-                _fmt(r.ops_per_s, ",.0f"),
-                _fmt(r.ratio, ".2f"),
-                r.vs or "",
-                r.target or "",
-                r.verdict,
-            )
-        )
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    out = []
-    for i, line in enumerate(lines):
-        out.append("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip())
-        if i == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return "\n".join(out)
 
 
 def report(doc: dict[str, Any]) -> str:
@@ -1168,17 +1100,6 @@ def report(doc: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-@contextlib.contextmanager
-def scratch_dir() -> Iterator[str]:
-    path = tempfile.mkdtemp(prefix="journal-bench-pg-")
-    if os.path.realpath(path).startswith(os.path.realpath(REPO) + os.sep):
-        raise SystemExit(f"refusing to write benchmark files inside the repository ({path}); set TMPDIR")
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds, 1,000 sessions to restart")
@@ -1206,7 +1127,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": asdict(s),
         "started_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
-    with scratch_dir() as tmp:
+    with scratch_dir(prefix="journal-bench-pg-") as tmp:
         server = PgServer(fsync=True)
         try:
             log(f"files in {tmp}; server in {server.root}")
