@@ -128,6 +128,18 @@ class _ServerHarness:
     session_id: str
     durability: str
 
+    def _judge(self, **verdict: Any) -> Verdict:
+        """``judge`` of this trial's journal, with its ledger and witness."""
+        return judge(
+            self.dsn,
+            ledger=Ledger(self.directory / "ledger"),
+            snapshots=read_witness(self.directory / "witness")[1],
+            workload=self.workload,
+            session_id=self.session_id,
+            durability=self.durability,
+            **verdict,
+        )
+
     def kill_at(
         self, point: str, n: int, *, expected: dict[str, list[Any]] | None = None, recovery_kill_at: str | None = None
     ) -> Verdict:
@@ -152,13 +164,7 @@ class _ServerHarness:
             if rcode not in (0, -signal.SIGKILL):
                 errors.append(f"the recovery process exited with status {rcode}: {_last_line(rerr)}")
         how = f"crash point {crash_at}" if crash_at is not None else f"SIGKILL after {kill_after_s:.4f} s"
-        verdict = judge(
-            self.dsn,
-            ledger=Ledger(self.directory / "ledger"),
-            snapshots=read_witness(self.directory / "witness")[1],
-            workload=self.workload,
-            session_id=self.session_id,
-            durability=self.durability,
+        verdict = self._judge(
             how=how if recovery_kill_at is None else f"{how}, then recovery killed at {recovery_kill_at}",
             killed=code == -signal.SIGKILL,
             expected=expected,
@@ -224,13 +230,7 @@ class _ServerHarness:
             extra["untyped_errors"] += died_of["untyped"]
         elif child.returncode != 0 and not errors:
             errors.append(f"the workload's process exited with status {child.returncode}: {_last_line(err)}")
-        return judge(
-            self.dsn,
-            ledger=Ledger(self.directory / "ledger"),
-            snapshots=read_witness(self.directory / "witness")[1],
-            workload=self.workload,
-            session_id=self.session_id,
-            durability=self.durability,
+        return self._judge(
             how=how,
             killed=child.returncode != 0,
             power_lost=self.durability == "normal",
