@@ -240,3 +240,14 @@ except ImportError as exc:
     done = run_child(code)
     assert done.returncode == 0, done.stderr
     assert "agent-journal[postgres]" in done.stdout
+
+
+def test_g2_a_batch_refused_midway_on_the_client_leaves_none_of_its_rows(pg_dsn: str) -> None:
+    with journal.open(pg_dsn) as j:
+        j.create_session("s")
+        with j._store.write("test") as db:
+            db.execute("INSERT INTO state (session_id, key, at, kind, value) VALUES ('s', 'kept', 0, 'bytes', ?)", (b"1",))
+            rows = [("s", "a", 0, "bytes", b"1"), ("s", "b", 0, "bytes", b"2"), ("s", "\ud800", 0, "bytes", b"3")]
+            with pytest.raises(journal.InvalidArgument):
+                db.executemany("INSERT INTO state (session_id, key, at, kind, value) VALUES (?, ?, ?, ?, ?)", rows)
+        assert j.state("s") == {"kept": b"1"}

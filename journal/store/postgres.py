@@ -249,7 +249,9 @@ class PgDatabase:
         return cursor
 
     def _undo(self) -> None:
-        if self._conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+        """Undo what the statement did: the server's refusal left the transaction in error; a
+        value refused on the client mid-``executemany`` left the rows before it written."""
+        if self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             with contextlib.suppress(psycopg.Error):
                 self._conn.execute("ROLLBACK TO SAVEPOINT statement")
                 self._conn.execute("RELEASE statement")
