@@ -189,6 +189,12 @@ def _script(conn: psycopg.Connection, before: str, text: str, bindings: Any, aft
 _UNSENDABLE = (UnicodeEncodeError, psycopg.DataError)
 
 
+def _unsent(exc: BaseException) -> bool:
+    """Whether psycopg refused a value before sending the statement (the server's own refusals
+    of a value are DataErrors too, and carry an SQLSTATE)."""
+    return isinstance(exc, _UNSENDABLE) and getattr(exc, "sqlstate", None) is None
+
+
 class PgDatabase:
     """The handle a transaction's body gets (``journal.store.base.Database``)."""
 
@@ -219,7 +225,8 @@ class PgDatabase:
             try:
                 cursor = _script(conn, "SAVEPOINT statement", text, bindings, "RELEASE statement")
             except BaseException as exc:
-                self._undo()
+                if not _unsent(exc):  # (a value refused while quoting: nothing was sent)
+                    self._undo()
                 raise self._refused(exc) from exc
         else:
             try:
@@ -258,7 +265,7 @@ class PgDatabase:
 
     @staticmethod
     def _refused(exc: BaseException) -> BaseException:
-        if isinstance(exc, _UNSENDABLE):
+        if _unsent(exc):
             return _bad_value(exc)
         if isinstance(exc, psycopg.Error):
             state = exc.sqlstate or ""
@@ -513,11 +520,10 @@ class PostgresStore:
             try:
                 try:
                     yield db
-                except _UNSENDABLE as exc:
+                except (UnicodeEncodeError, psycopg.Error) as exc:
                     self._rollback(conn)
-                    raise _bad_value(exc) from exc
-                except psycopg.Error as exc:
-                    self._rollback(conn)
+                    if _unsent(exc):
+                        raise _bad_value(exc) from exc
                     raise self._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
                 except BaseException:
                     self._rollback(conn)
@@ -565,7 +571,9 @@ class PostgresStore:
                 try:
                     cursor = _script(conn, self._begin_sql(sessions), text, bindings, "COMMIT")
                 except _UNSENDABLE as exc:
-                    raise _bad_value(exc) from exc
+                    if _unsent(exc):
+                        raise _bad_value(exc) from exc
+                    raise
             except BaseException as exc:
                 self._rollback(conn)
                 state = getattr(exc, "sqlstate", None) or ""
@@ -648,7 +656,9 @@ class PostgresStore:
                 try:
                     yield PgDatabase(conn, guarded=False)
                 except _UNSENDABLE as exc:
-                    raise _bad_value(exc) from exc
+                    if _unsent(exc):
+                        raise _bad_value(exc) from exc
+                    raise
                 finally:
                     self._rollback(conn)
             except psycopg.Error as exc:
