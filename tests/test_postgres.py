@@ -62,14 +62,14 @@ def test_g13_a_stamp_of_another_application_is_refused(pg_dsn: str) -> None:
         journal.open(pg_dsn)
 
 
-def test_a_read_only_open_never_creates_a_journal(pg_dsn: str) -> None:
+def test_g13_a_read_only_open_never_creates_a_journal(pg_dsn: str) -> None:
     with pytest.raises(journal.NotAJournal, match="never creates"):
         journal.open(pg_dsn, readonly=True)
     with Raw(pg_dsn) as raw:
         assert raw.tables() == []
 
 
-def test_four_processes_opening_an_empty_database_at_once_make_one_journal(pg_dsn: str) -> None:
+def test_g13_four_processes_opening_an_empty_database_at_once_make_one_journal(pg_dsn: str) -> None:
     from tests.conftest import python_child
 
     code = "import sys, journal\nj = journal.open(sys.argv[1]); j.create_session(sys.argv[2]); j.close()"
@@ -124,7 +124,7 @@ def test_g12_values_postgresql_cannot_hold_are_refused_before_anything_is_writte
         assert j.count("s") == 1 and j.state("s") == {}
 
 
-def test_a_server_restart_fails_the_write_in_its_way_with_a_typed_error_and_the_journal_reconnects() -> None:
+def test_g1_a_server_crash_keeps_what_was_committed_fails_the_write_in_its_way_with_a_typed_error_and_the_journal_reconnects() -> None:
     with PgServer(fsync=False) as server:
         dsn = server.create_database()
         with journal.open(dsn) as j:
@@ -141,7 +141,7 @@ def test_a_server_restart_fails_the_write_in_its_way_with_a_typed_error_and_the_
             assert j.check() == []
 
 
-def test_the_async_face_runs_on_a_server(pg_dsn: str) -> None:
+def test_g4_the_async_face_on_a_server_gives_64_concurrent_appends_contiguous_seqs(pg_dsn: str) -> None:
     import asyncio
 
     async def main() -> list[int]:
@@ -209,7 +209,7 @@ def test_the_cli_reads_a_server_and_refuses_a_database_without_a_journal(pg_dsn:
         assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'none_%'").fetchone()[0] == 0
 
 
-def test_a_session_with_events_is_never_deleted_by_hand(pg_dsn: str) -> None:
+def test_g3_a_session_with_events_is_never_deleted_by_hand(pg_dsn: str) -> None:
     # (events has no foreign key to sessions on PostgreSQL: its triggers keep the rule)
     with journal.open(pg_dsn) as j:
         j.create_session("s")

@@ -40,7 +40,7 @@ print(json.dumps(done))
 """
 
 
-def test_8_worker_processes_claim_2000_submissions_each_processed_once_in_each_sessions_order(db_path) -> None:
+def test_g2_g4_8_worker_processes_claim_2000_submissions_each_processed_once_in_each_sessions_order(db_path) -> None:
     sessions, per_session = 40, 50
     with journal.open(db_path) as j:
         order: dict[str, list[str]] = {}

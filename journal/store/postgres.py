@@ -145,6 +145,18 @@ _REFUSED_CLASS = "23"  # integrity constraint violation
 _BAD_VALUE = ("22021", "22P05", "22003", "54000")  # NUL or bad encoding, out of range, too long
 
 
+def _refused_by_schema(state: str) -> bool:
+    """Whether the SQLSTATE is the schema's refusal of a statement (a key, a CHECK, a trigger,
+    JSON that is not): undone alone, nothing of it written."""
+    return state.startswith(_REFUSED_CLASS) or state in ("JR001", "22P02")
+
+
+def _statement_refused(state: str) -> bool:
+    """Whether the server refused the statement itself (the schema, or a value it cannot hold):
+    the statement wrote nothing, whatever else the transaction did."""
+    return _refused_by_schema(state) or state in _BAD_VALUE
+
+
 def _translate(
     exc: BaseException, operation: str, *, outcome: WriteOutcome, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
 ) -> JournalError:
@@ -155,7 +167,7 @@ def _translate(
     detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if state == "23505":
         return UniqueViolation(operation, detail)
-    if state.startswith(_REFUSED_CLASS) or state == "JR001" or state == "22P02":
+    if _refused_by_schema(state):
         return SchemaViolation(operation, detail)
     if state in _BAD_VALUE:
         return InvalidArgument("argument", f"PostgreSQL cannot hold it: {detail}")
@@ -269,7 +281,7 @@ class PgDatabase:
             return _bad_value(exc)
         if isinstance(exc, psycopg.Error):
             state = exc.sqlstate or ""
-            if state == "23505" or state.startswith(_REFUSED_CLASS) or state in ("JR001", "22P02") or state in _BAD_VALUE:
+            if _statement_refused(state):
                 return _translate(exc, "the statement", outcome=WriteOutcome.ABSENT)
         return exc
 
@@ -579,7 +591,7 @@ class PostgresStore:
                 state = getattr(exc, "sqlstate", None) or ""
                 if isinstance(exc, JournalError) or not isinstance(exc, psycopg.Error):
                     raise
-                if state.startswith(_REFUSED_CLASS) or state in ("JR001", "22P02", *_BAD_VALUE, *_BUSY):
+                if _statement_refused(state) or state in _BUSY:
                     raise self._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
                 self.next_seqs.clear()
                 raise self._commit_failed(exc, operation, present) from exc
