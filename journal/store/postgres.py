@@ -59,6 +59,7 @@ SCHEMA_VERSION = 6  # the same version as the SQLite file's: the same tables and
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
 
 
+@functools.lru_cache(maxsize=65536)  # every write asks again: a bot's sessions are few and hot
 def lock_key(schema: str, session_id: str | None = None) -> int:
     """The advisory lock (a signed 64-bit key) of a journal, one per schema (a database may
     hold several journals), or of one of its sessions. Every host derives the same keys."""
