@@ -9,7 +9,9 @@
 --   the text as written and accepts every escape the codec writes, \u0000 included).
 -- - `submissions.rowid` is the submission order SQLite's rowid gives.
 -- - `state.value` is bytes (a JSON value's UTF-8 text when its kind is 'json'); `session_meta`
---   keeps each scalar meta value as its text (booleans as 1 and 0, as SQLite's json_each).
+--   keeps each scalar meta value as its text (booleans as 1 and 0, as SQLite's json_each), and
+--   its index holds md5 digests of the key and the value: SQLite's index takes a value of any
+--   length, a btree entry here at most about 2.7 kB (what a file holds, a server holds).
 -- - The triggers are PL/pgSQL functions; one BEFORE INSERT trigger on events does G4's check and
 --   hands the types that change derived state or compactions to their functions, as the SQLite
 --   gate triggers do. `events` has no foreign key to `sessions`: its triggers keep the same rule.
@@ -127,13 +129,19 @@ CREATE TABLE state (
 
 CREATE INDEX state_at ON state (session_id, key, at, id);
 
+-- A meta key or value may be as long as the event size limit allows, as in SQLite (whose index
+-- takes a value whole), but a btree entry here holds at most about 2.7 kB: the lookup index
+-- holds their md5 digests, and the lookup (journal/store/postgres.py rewrites it) rechecks the
+-- text itself. No unique key: a session's meta is one JSON object, each key once.
 CREATE TABLE session_meta (
     session_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id),
     key        TEXT COLLATE "C" NOT NULL,
     type       TEXT COLLATE "C" NOT NULL,
-    value      TEXT COLLATE "C",
-    PRIMARY KEY (key, type, value, session_id)
+    value      TEXT COLLATE "C"
 );
+
+CREATE INDEX session_meta_match ON session_meta (md5(key), type, md5(value));
+CREATE INDEX session_meta_session ON session_meta (session_id);
 
 CREATE TABLE compactions (
     session_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id),
@@ -397,8 +405,7 @@ BEGIN
                ELSE m.value::text
            END
       FROM json_each(NEW.meta::json) AS m
-     WHERE json_typeof(m.value) NOT IN ('object', 'array', 'null')
-    ON CONFLICT DO NOTHING;
+     WHERE json_typeof(m.value) NOT IN ('object', 'array', 'null');
     RETURN NULL;
 END $$;
 

@@ -29,11 +29,14 @@ from journal.errors import (
     SessionExists,
     SessionHasForks,
     SessionNotFound,
+    SubmissionExists,
     SubmissionNotFound,
+    ToolNodeNotFound,
     TurnHeld,
     UnansweredCalls,
     UnknownToolCall,
     UnregisteredTool,
+    WrongLoop,
 )
 from journal.model import (
     CallState,
@@ -127,10 +130,12 @@ __all__ = [
     "StepOutcome",
     "StopReason",
     "Submission",
+    "SubmissionExists",
     "SubmissionNotFound",
     "SubmissionState",
     "Tool",
     "ToolContext",
+    "ToolNodeNotFound",
     "ToolRegistry",
     "Turn",
     "TurnEndReason",
@@ -141,6 +146,7 @@ __all__ = [
     "UnregisteredTool",
     "Unsafe",
     "WriteOutcome",
+    "WrongLoop",
     "open",
 ]
 

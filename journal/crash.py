@@ -1,9 +1,10 @@
 """Named crash points: places in the engine where a test can make the process die.
 
 A point is armed with ``arm(name, n)`` or the environment variable ``JOURNAL_CRASH_AT=name[:n]``
-(read at import; a malformed value is ignored with a one-line warning on stderr); the n-th time
-the engine reaches it, the process kills itself with SIGKILL: no cleanup, no flush, no
-``finally`` blocks, exactly as ``kill -9`` would. Unarmed, a point costs one global lookup.
+(read at import; a malformed value is ignored with a one-line warning on stderr, and a name that
+is no known point is armed with one); the n-th time the engine reaches it, the process kills
+itself with SIGKILL: no cleanup, no flush, no ``finally`` blocks, exactly as ``kill -9`` would.
+Unarmed, a point costs one global lookup.
 
 Every write transaction of the engine passes two points, ``<operation>.before_commit`` and
 ``<operation>.after_commit``; ``POINTS`` lists the operations.
@@ -117,6 +118,14 @@ def _from_environment() -> None:
     name, _, count = spec.partition(":")
     if name and (not count or count.isascii() and count.isdigit() and int(count) >= 1):
         arm(name, int(count) if count else 1)
+        if name not in POINTS and name not in TOOL_POINTS:
+            # Armed all the same: a tool of the caller's may reach a point of its own. But a
+            # misspelt point would otherwise never fire, and a crash test would pass unkilled.
+            sys.stderr.write(
+                f"journal: JOURNAL_CRASH_AT names no known crash point ({escape(repr(name))}); it is armed, but "
+                "only a tool reaching it itself can fire it (the known points: journal.crash.POINTS and "
+                "journal.crash.TOOL_POINTS, listed in docs/crash-points.md)\n"
+            )
         return
     shown = escape(repr(spec))
     sys.stderr.write(f"journal: ignoring JOURNAL_CRASH_AT={shown}: expected POINT or POINT:N with N >= 1\n")

@@ -14,6 +14,7 @@ from journal.effects import Effects
 from journal.errors import InvalidArgument, JournalError
 from journal.log import Log
 from journal.model import Durability
+from journal.preview import Previews
 from journal.purge import Purge
 from journal.queue import Queue
 from journal.reconcile import Reconciler
@@ -21,7 +22,7 @@ from journal.recovery import Recovery
 from journal.results import Results
 from journal.store import DEFAULT_BUSY_TIMEOUT_MS, SqliteStore, Store
 from journal.store.groupcommit import GroupCommit
-from journal.store.target import is_dsn
+from journal.store.target import is_dsn, malformed_dsn, redact
 from journal.transcript import Transcript
 from journal.turns import Turns
 
@@ -82,6 +83,7 @@ class Journal:
         self._transcript = Transcript(store, self._log)
         self._purge = Purge(store, self._log, (self._turns, self._results, self._effects, self._queue, self._transcript))
         self._audit = Audit(store, self._log)
+        self._previews = Previews(store)
 
     # -- sessions and the log (journal.log) ----------------------------------------------------
     create_session = _delegate("_log", Log.create_session)
@@ -95,7 +97,9 @@ class Journal:
     events = _delegate("_log", Log.events)
     count = _delegate("_log", Log.count)
     fork = _delegate("_log", Log.fork)
-    _import_session = _delegate("_log", Log.import_session)  # for journal.transfer
+    previews = _delegate("_previews", Previews.previews)  # pages of events cut in SQL (journal.preview)
+    _change_token = _delegate("_previews", Previews.change_token)  # for journal.serve (live following)
+    _import_sessions = _delegate("_log", Log.import_sessions)  # for journal.transfer
     _state_history = _delegate("_log", Log.state_history)  # for journal.transfer
 
     # -- turns, steps and streams (journal.turns) ------------------------------------------------
@@ -201,7 +205,10 @@ def open(
     vfs: str | None = None,
 ) -> Journal:
     """Open (or create) the journal at ``path``: a file, or a PostgreSQL database named by a
-    ``postgresql://`` DSN (DESIGN §16; the ``postgres`` extra installs its driver).
+    ``postgresql://`` DSN or libpq's keyword form (``host=... dbname=...``; DESIGN §16; the
+    ``postgres`` extra installs its driver). A text that starts like a DSN but is not one is
+    refused (``InvalidArgument``), never taken for a file; ``Journal.path`` and every message show
+    a DSN without its password.
 
     ``durability="full"`` (the default) makes every returned write survive power loss;
     ``"normal"`` survives a process crash, and a power cut may drop the commits since the last
@@ -212,7 +219,10 @@ def open(
         raise InvalidArgument("path", f"must be a str or os.PathLike, not {type(path).__name__}")
     path = os.fspath(path)
     if not isinstance(path, str) or not path or "\0" in path:
-        raise InvalidArgument("path", f"must be a non-empty text path without NUL characters, not {path!r}")
+        raise InvalidArgument("path", f"must be a non-empty text path without NUL characters, not {redact(path)!r}")
+    problem = malformed_dsn(path)
+    if problem is not None:
+        raise InvalidArgument("path", problem)
     try:
         level = Durability(durability)
     except ValueError:

@@ -99,6 +99,22 @@ class JournalClosed(JournalError):
         return "the journal is closed"
 
 
+class WrongLoop(JournalError, RuntimeError):
+    """An ``AsyncJournal`` (or one of its handles) was used outside the event loop that opened
+    it: refused before anything was queued, so nothing was written. From another thread, run
+    the call on the journal's own loop (``asyncio.run_coroutine_threadsafe``)."""
+
+    def __init__(self, operation: str, where: str) -> None:
+        super().__init__(operation, where)
+        self.operation, self.where = operation, where
+
+    def message(self) -> str:
+        return (
+            f"{self.operation} was refused: an AsyncJournal belongs to the event loop that opened it, and this "
+            f"call came from {self.where} (nothing was queued or written)"
+        )
+
+
 class InvalidArgument(JournalError, ValueError):
     """An argument other than event data is out of its domain."""
 
@@ -251,6 +267,18 @@ class SubmissionNotFound(JournalError, LookupError):
         return f"no submission {self.submission_id!r}"
 
 
+class SubmissionExists(JournalError):
+    """``submit`` was given the id of a submission queued before (say, a retried submit that
+    had landed); nothing was written."""
+
+    def __init__(self, submission_id: str) -> None:
+        super().__init__(submission_id)
+        self.submission_id = submission_id
+
+    def message(self) -> str:
+        return f"a submission {self.submission_id!r} already exists (nothing was written)"
+
+
 class UnregisteredTool(JournalError, LookupError):
     """A tool name that the registry does not know."""
 
@@ -366,3 +394,22 @@ class TurnHeld(JournalError):
 
     def message(self) -> str:
         return f"session {self.session_id!r}: the turn at seq {self.start_seq} is held by {self.owner!r}: {self.detail}"
+
+
+class ToolNodeNotFound(JournalError, LookupError):
+    """The LangGraph adapter's ``repair`` could not tell which node of the graph runs the tools:
+    none is a ``ToolNode`` or several are (``candidates``), or ``named`` is not a node. Nothing
+    was written to the graph's state; pass ``tools_node=`` naming one of ``nodes``."""
+
+    def __init__(self, nodes: tuple[str, ...], candidates: tuple[str, ...], named: str | None = None) -> None:
+        super().__init__(tuple(nodes), tuple(candidates), named)
+        self.nodes, self.candidates, self.named = tuple(nodes), tuple(candidates), named
+
+    def message(self) -> str:
+        nodes = ", ".join(repr(n) for n in self.nodes)
+        if self.named is not None:
+            return f"the graph has no node {self.named!r} (its nodes: {nodes})"
+        if self.candidates:
+            found = ", ".join(repr(n) for n in self.candidates)
+            return f"the graph has several tool nodes ({found}): pass tools_node= naming the one to repair as"
+        return f"no node of the graph is a ToolNode (its nodes: {nodes}): pass tools_node= naming the tool node"

@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 
 from journal import state as _state
-from journal.codec import Codec, check_int
+from journal.codec import Codec, check_int, check_text, short_repr
 from journal.errors import (
     AlreadyDispatched,
     BoundaryOutOfRange,
@@ -78,15 +78,20 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def check_session_id(session_id: object) -> str:
+def check_session_id(session_id: object, name: str = "session_id") -> str:
+    """A new session's (or submission's) id: 1-256 printable ASCII characters without spaces."""
+    if isinstance(session_id, str):
+        check_text(name, session_id)  # a lone surrogate is named as such, as in every other id
     if not isinstance(session_id, str) or not _SESSION_ID.fullmatch(session_id):
-        raise InvalidArgument("session_id", f"must be 1-256 printable ASCII characters without spaces, not {session_id!r}")
+        shown = short_repr(session_id)
+        raise InvalidArgument(name, f"must be 1-256 printable ASCII characters without spaces, not {shown}")
     return session_id
 
 
 def next_seq_txn(db: Database, session_id: str) -> int:
-    """The seq the session's next event gets (its event count); raises ``SessionNotFound``."""
-    row = db.one(_NEXT, (session_id,))
+    """The seq the session's next event gets (its event count); raises ``SessionNotFound``
+    (``InvalidArgument`` for an id no session can have: every part's first look at a session)."""
+    row = db.one(_NEXT, (check_text("session_id", session_id),))
     if row is None:
         raise SessionNotFound(session_id)
     seed_length, last = row
@@ -97,7 +102,7 @@ def chain_txn(db: Database, session_id: str) -> list[Segment]:
     """The segments that make up a session's log, newest owner first."""
     segments: list[Segment] = []
     hi: float = float("inf")
-    current: str | None = session_id
+    current: str | None = check_text("session_id", session_id)
     while current is not None and hi > 0:
         row = db.one("SELECT parent_id, seed_length FROM sessions WHERE id = ? AND purged_ms IS NULL", (current,))
         if row is None:
@@ -202,6 +207,11 @@ def insert_txn(
         raise SchemaViolation(f"append of {type_}", exc.detail) from exc
     except SchemaViolation as exc:
         raise SchemaViolation(f"append of {type_}", exc.detail) from exc
+
+
+# What an imported event is, and where in it a refusal of the append's write path points.
+ImportedEvent = tuple[str, int, str, str, int, str | None, str | None]
+_IMPORT_FIELDS = {NoOpenTurn: "type", AlreadyDispatched: "data.id", ResultExists: "data.tool_call_id"}
 
 
 def check_dispatch_in_turn_txn(db: Database, session_id: str, type_: str, data: dict[str, Any]) -> None:
@@ -425,6 +435,7 @@ def _session_filters(meta: object, prefix: object, parent_id: object, dialect: s
         for key, value in meta.items():
             if not isinstance(key, str):
                 raise InvalidArgument("meta", f"keys are strings, not {key!r}")
+            check_text("meta", key)
             where += " AND s.id IN (SELECT session_id FROM session_meta WHERE key = ? AND type = ? AND value = ?)"
             type_, scalar = _json_scalar(value)
             # PostgreSQL's session_meta keeps each value as its text (schema_pg.sql).
@@ -432,6 +443,7 @@ def _session_filters(meta: object, prefix: object, parent_id: object, dialect: s
     if prefix is not None:
         if not isinstance(prefix, str) or not prefix:
             raise InvalidArgument("prefix", f"must be a non-empty string, not {prefix!r}")
+        check_text("prefix", prefix)
         # Ids are printable ASCII: every id that starts with the prefix sorts below prefix + DEL.
         where += " AND s.id >= ? AND s.id < ?"
         args += [prefix, prefix + "\x7f"]
@@ -447,7 +459,7 @@ def _json_scalar(value: object) -> tuple[str, Any]:
     if isinstance(value, float):
         return "real", value
     if isinstance(value, str):
-        return "text", value
+        return "text", check_text("meta", value)
     raise InvalidArgument("meta", f"values are strings, numbers or booleans, not {value!r}")
 
 
@@ -462,6 +474,8 @@ def _check_page(limit: object, after: object) -> None:
         check_int("limit", limit, minimum=1)
     if after is not None and not isinstance(after, (str, Session)):
         raise InvalidArgument("after", f"must be a session id, a Session or None, not {type(after).__name__}")
+    if isinstance(after, str):
+        check_text("after", after)
 
 
 @attrs.frozen
@@ -492,7 +506,7 @@ class Log:
     def create_session(self, id: str | None = None, *, meta: dict[str, Any] | None = None) -> Session:
         """Create an empty session; a generated id is 32 lowercase hex characters."""
         session_id = uuid.uuid4().hex if id is None else check_session_id(id)
-        meta_text = None if meta is None else self.codec.encode("x.meta", meta)
+        meta_text = None if meta is None else self.codec.encode_meta(meta)
         created = now_ms()
         with self._store.write("create_session", sessions=(session_id,)) as db:
             insert_session_txn(db, session_id, created, meta=meta_text)
@@ -500,6 +514,7 @@ class Log:
 
     def session(self, id: str) -> Session:
         """The session with this id; raises ``SessionNotFound``."""
+        check_text("session_id", id)
         with self._store.read() as db:
             row = db.one(f"{_SESSION_ROW} AND s.id = ?", (id,))
         if row is None:
@@ -574,6 +589,7 @@ class Log:
 
         Appends from several threads at once share commits (group commit): each is atomic and
         durable when it returns, and the fsyncs are shared."""
+        check_text("session_id", session_id)
         text, copy = self.codec.encode_copy(type, data)
         _refuse_engine_only(type)
         if key is not None:
@@ -652,6 +668,7 @@ class Log:
         ``expected_count``: write only if the session holds exactly that many events (else
         ``CountMismatch``, nothing written). ``state``: keyed state written in the same
         transaction (``set_state``), dated after the batch's events."""
+        check_text("session_id", session_id)
         encoded: list[tuple[str, str, str | None]] = []
         copies: list[dict[str, Any]] = []
         for index, item in enumerate(items):
@@ -717,6 +734,7 @@ class Log:
     def set_state(self, session_id: str, values: Mapping[str, Any]) -> None:
         """Write keyed state values (each a JSON value or bytes) in one transaction: a new
         version of each key, dated by the session's event count; the others are untouched."""
+        check_text("session_id", session_id)
         encoded = _state.encode_values(self.codec, values)
         with self._store.write("set_state", sessions=(session_id,)) as db:
             _state.write_txn(db, session_id, next_seq_txn(db, session_id), encoded)
@@ -724,6 +742,7 @@ class Log:
     def state(self, session_id: str, *, keys: Iterable[str] | None = None, as_of: int | None = None) -> dict[str, Any]:
         """The session's keyed state: the latest value of each key (of ``keys``, or every key),
         or as it stood right after event ``as_of`` (a fork's as of its fork point, then its own)."""
+        check_text("session_id", session_id)
         wanted = None if keys is None else [_state.check_key(k, "keys") for k in ([keys] if isinstance(keys, str) else keys)]
         if as_of is not None:
             check_int("as_of", as_of)
@@ -746,6 +765,7 @@ class Log:
         ``types``: only events of these types. ``newest_first``: from the end of the log.
         ``limit``: at most that many. App (``x.``) types are read through their index; the
         engine's own types by a walk of the log from the chosen end that stops after ``limit``."""
+        check_text("session_id", session_id)
         start = 0 if since is None else check_int("since", since)
         kinds = None if types is None else _check_types(types)
         if limit is not None:
@@ -759,6 +779,7 @@ class Log:
 
     def count(self, session_id: str) -> int:
         """How many events the session's log holds (inherited ones included)."""
+        check_text("session_id", session_id)
         with self._store.read() as db:
             return next_seq_txn(db, session_id)
 
@@ -776,8 +797,9 @@ class Log:
         """
         if at != "last" and (not isinstance(at, int) or isinstance(at, bool) or at < 0):
             raise InvalidBoundary(at)
+        check_text("session_id", session_id)
         fork_id = uuid.uuid4().hex if id is None else check_session_id(id)
-        meta_text = None if meta is None else self.codec.encode("x.meta", meta)
+        meta_text = None if meta is None else self.codec.encode_meta(meta)
         created = now_ms()
         with self._store.write("fork") as db:
             count = next_seq_txn(db, session_id)
@@ -797,23 +819,35 @@ class Log:
 
     # -- what purge and import write -------------------------------------------------------
 
-    def import_session(
+    def import_sessions(
         self,
-        session_id: str,
-        meta: str | None,
-        created_ms: int,
-        events: Iterable[tuple[int, str, str, int, str | None, str | None]],
-        state: Iterable[tuple[str, int, str, Any]] = (),
-    ) -> None:
-        """A session row, its events ``(seq, type, text, time_ms, call_id, key)`` and its state
-        versions ``(key, at, kind, stored value)``, encoded by this journal's codec, in one
-        transaction (``journal.transfer`` reads and checks them)."""
+        sessions: Iterable[tuple[str, str | None, int, list[ImportedEvent], list[tuple[str, int, str, Any]]]],
+    ) -> int:
+        """Write sessions read by ``journal.transfer`` in one transaction, all or nothing (G2);
+        returns how many. Each is ``(id, meta text, created_ms, events, state versions)``: events
+        ``(where, seq, type, text, time_ms, call_id, key)`` encoded by this journal's codec, state
+        versions ``(key, at, kind, stored value)``.
+
+        ``sessions`` may be a generator that reads and checks its input as the transaction goes
+        (a refusal it raises rolls everything back). Each event takes the append's write path:
+        a dispatch only inside an open turn, one dispatch and one result per call, the schema's
+        contiguity and derived-state triggers; a refusal there is ``InvalidEvent`` naming
+        ``where`` (the line), raised from the append's own error."""
+        imported = 0
         with self._store.write("import") as db:
-            insert_session_txn(db, session_id, created_ms, meta=meta)
-            for seq, type_, text, time_ms, call_id, key in events:
-                insert_txn(db, session_id, seq, type_, text, time_ms, call_id=call_id, key=key)
-            for key, at, kind, value in state:
-                _state.write_txn(db, session_id, at, [(key, kind, value)])
+            for session_id, meta, created_ms, events, state in sessions:
+                insert_session_txn(db, session_id, created_ms, meta=meta)
+                for where, seq, type_, text, time_ms, call_id, key in events:
+                    try:
+                        if type_ == "tool_call":
+                            check_dispatch_in_turn_txn(db, session_id, type_, {"id": call_id})
+                        insert_txn(db, session_id, seq, type_, text, time_ms, call_id=call_id, key=key)
+                    except (NoOpenTurn, AlreadyDispatched, ResultExists, SchemaViolation) as exc:
+                        raise InvalidEvent(f"{where}: {_IMPORT_FIELDS.get(type(exc), 'event')}", exc.message()) from exc
+                for key, at, kind, value in state:
+                    _state.write_txn(db, session_id, at, [(key, kind, value)])
+                imported += 1
+        return imported
 
     def state_history(self, session_id: str) -> list[tuple[str, int, Any]]:
         """Every version of the session's keyed state ``(key, at, value)``, oldest first, its

@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from journal import log as _log
-from journal.codec import MAX_DURATION_MS, check_int, check_number
-from journal.errors import InvalidArgument, LeaseLost, SubmissionNotFound
+from journal.codec import MAX_DURATION_MS, check_int, check_number, check_text
+from journal.errors import InvalidArgument, LeaseLost, SubmissionExists, SubmissionNotFound
 from journal.log import Log
 from journal.model import StaleReason, SubmissionState
 from journal.owners import owner_is_dead
 from journal.pure.classify import ResumeMode
-from journal.store import Database, Store
+from journal.store import Database, Store, UniqueViolation
 
 if TYPE_CHECKING:
     from journal.claims import Claim
@@ -101,6 +101,14 @@ class SubmissionInfo:
 
 def check_lease_ms(lease_ms: object) -> int:
     return check_int("lease_ms", lease_ms, minimum=1, maximum=MAX_DURATION_MS)
+
+
+def _check_submission_id(value: object) -> str:
+    """A new submission's id, refused (``InvalidArgument`` naming ``id``) as a submission's."""
+    try:
+        return _log.check_session_id(value, "id")
+    except InvalidArgument as exc:
+        raise InvalidArgument("id", f"a submission id {exc.problem}") from None
 
 
 def get_txn(db: Database, submission_id: str) -> Submission:
@@ -208,25 +216,33 @@ class Queue:
         timeout_s: float = 3600,
         id: str | None = None,
     ) -> Submission:
-        """Queue an input for a session (processed in order, one attempt at a time)."""
+        """Queue an input for a session (processed in order, one attempt at a time).
+
+        ``id``: the submission's id (1-256 printable ASCII characters; a random one by default).
+        An id queued before raises ``SubmissionExists``: a retried submit that landed is seen."""
+        check_text("session_id", session_id)
         if type not in INPUT_TYPES and not (isinstance(type, str) and type.startswith("x.")):
             raise InvalidArgument("type", f"an input is one of {INPUT_TYPES} or an x. type, not {type!r}")
         check_int("max_attempts", max_attempts, minimum=1, maximum=2**31 - 1)
         check_number("timeout_s", timeout_s, minimum=0.001, maximum=MAX_DURATION_MS / 1000)
         text = self._log.codec.encode(type, data)
-        submission_id = uuid.uuid4().hex if id is None else _log.check_session_id(id)
+        submission_id = uuid.uuid4().hex if id is None else _check_submission_id(id)
         now = _log.now_ms()
         with self._store.write("submit", sessions=(session_id,)) as db:
             _log.next_seq_txn(db, session_id)
-            db.execute(
-                "INSERT INTO submissions (id, session_id, type, data, state, max_attempts, timeout_s, created_ms, "
-                "updated_ms) VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?)",
-                (submission_id, session_id, type, text, max_attempts, float(timeout_s), now, now),
-            )
+            try:
+                db.execute(
+                    "INSERT INTO submissions (id, session_id, type, data, state, max_attempts, timeout_s, "
+                    "created_ms, updated_ms) VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?)",
+                    (submission_id, session_id, type, text, max_attempts, float(timeout_s), now, now),
+                )
+            except UniqueViolation:  # the primary key: the one unique key of the table
+                raise SubmissionExists(submission_id) from None
             return get_txn(db, submission_id)
 
     def submission(self, submission_id: str) -> Submission:
         """The submission with this id; raises ``SubmissionNotFound``."""
+        check_text("submission_id", submission_id)
         with self._store.read() as db:
             return get_txn(db, submission_id)
 
@@ -235,7 +251,7 @@ class Queue:
         clauses, args = [], []
         if session_id is not None:
             clauses.append("session_id = ?")
-            args.append(session_id)
+            args.append(check_text("session_id", session_id))
         if state is not None:
             clauses.append("state = ?")
             try:

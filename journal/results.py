@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from journal import log as _log
+from journal.codec import MAX_CALL_ID, check_id
 from journal.errors import AlreadyDispatched, LeaseLost, NoOpenTurn, ResultExists, SchemaViolation, UnknownToolCall
 from journal.log import Log
 from journal.model import CallState, Event
@@ -219,6 +220,7 @@ class Results:
         ``UnknownToolCall``. Use the returned ``Dispatch`` as a context manager and call
         ``.result(...)`` inside it.
         """
+        check_id("call_id", call_id, MAX_CALL_ID)
         time_ms = _log.now_ms()
         # Synced even under durability="normal": the tool runs next, and a power cut must not
         # take the record of a dispatch whose side effect stays (G6).

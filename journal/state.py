@@ -22,11 +22,10 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from journal.codec import Codec
+from journal.codec import MAX_KEY, Codec, check_id
 from journal.errors import InvalidArgument
 from journal.store import Database
 
-MAX_KEY = 256
 _INSERT = "INSERT INTO state (session_id, key, at, kind, value) VALUES (?, ?, ?, ?, ?)"
 # The keys of a session's rows, one index seek each (not a walk of every version).
 _FIRST_KEY = "SELECT min(key) FROM state WHERE session_id = ?"
@@ -42,9 +41,9 @@ Segment = tuple[str, int, float]
 
 
 def check_key(key: object, name: str = "key") -> str:
-    if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY:
-        raise InvalidArgument(name, f"must be a string of 1 to {MAX_KEY} characters, not {key!r}")
-    return key
+    """A state key or an idempotency key: 1 to ``MAX_KEY`` (256) characters of valid Unicode text
+    without a NUL (``InvalidArgument`` naming ``name``), on both backends alike."""
+    return check_id(name, key, MAX_KEY)
 
 
 def encode_values(codec: Codec, values: object) -> list[tuple[str, str, Any]]:
@@ -69,7 +68,10 @@ def write_txn(db: Database, session_id: str, at: int, encoded: Iterable[tuple[st
     """New versions of the given keys, dated ``at``, inside the caller's transaction. (On
     PostgreSQL every value is bytes: a JSON value's UTF-8 text; ``_decoded`` reads both.)"""
     text = db.dialect == "sqlite"
-    rows = [(session_id, key, at, kind, value if text or kind == "bytes" else value.encode()) for key, kind, value in encoded]
+    rows = [
+        (session_id, key, at, kind, value if text or kind == "bytes" else value.encode())
+        for key, kind, value in encoded
+    ]
     db.executemany(_INSERT, rows)
 
 

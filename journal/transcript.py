@@ -23,10 +23,12 @@ from journal.codec import check_int
 from journal.errors import InvalidArgument, InvalidRange, UnansweredCalls
 from journal.log import Log
 from journal.model import SURFACE_TYPES, Event
+from journal.preview import CHARS_MAX, previews_at_txn
 from journal.pure.view import (
     Compaction,
     Message,
     ProviderView,
+    exchange_start,
     fold,
     messages_of,
     provider_tail,
@@ -40,9 +42,11 @@ _SURFACE = " AND type IN ({})".format(", ".join(f"'{type_}'" for type_ in sorted
 _SPAN = "FROM events WHERE session_id = ? AND seq >= ? AND seq < ?"
 _MARKS = "SELECT seq, kind, first, last, before, after FROM compactions WHERE session_id = ? AND seq >= ? AND seq < ? ORDER BY seq"
 _COUNT = f"SELECT count(*) {_SPAN}{_SURFACE}"
-_READ_UP = f"SELECT seq, type, data, time_ms {_SPAN}{_SURFACE} ORDER BY seq LIMIT ? OFFSET ?"
-_READ_DOWN = f"SELECT seq, type, data, time_ms {_SPAN}{_SURFACE} ORDER BY seq DESC LIMIT ? OFFSET ?"
-_READ_ONE = "SELECT seq, type, data, time_ms FROM events WHERE session_id = ? AND seq = ?"
+# The reads of the tail, of whole events (``data``) or of where they stand only (``NULL``: a cut
+# read then reads the events it found through the store's ``previews_at_sql``, cut in SQL).
+_READ_UP = "SELECT seq, type, {data}, time_ms " + f"{_SPAN}{_SURFACE} ORDER BY seq LIMIT ? OFFSET ?"
+_READ_DOWN = "SELECT seq, type, {data}, time_ms " + f"{_SPAN}{_SURFACE} ORDER BY seq DESC LIMIT ? OFFSET ?"
+_READ_ONE = "SELECT seq, type, {data}, time_ms FROM events WHERE session_id = ? AND seq = ?"
 _FIRST_VERSION = 6  # the schema version whose compactions table holds retracts too (its `kind`)
 
 
@@ -53,33 +57,44 @@ class Transcript:
         self._store = store
         self._log = log
 
-    def messages(self, session_id: str, *, provider: bool = False, tail: int | None = None) -> list[Message]:
+    def messages(
+        self, session_id: str, *, provider: bool = False, tail: int | None = None, chars: int | None = None
+    ) -> list[Message]:
         """The transcript a model should see: surface events folded, compactions applied.
 
         With ``tail=N`` (an int >= 0), only its last N messages (none for 0): the same messages
         as ``messages(session_id)[-N:]``, read from the end of the log. With ``provider=True``,
         the messages of ``provider_view`` (with ``tail``, of ``provider_view(..., tail=N)``); a
         call among them still without a result raises ``UnansweredCalls`` rather than being left
-        out or invented."""
+        out or invented.
+
+        With ``chars=C`` (with ``tail`` only: what a viewer shows), each message is read cut in
+        the database as ``previews`` cuts an event: every string, and every object's or array's
+        JSON text, to its first C characters (a ``journal.preview.Clipped`` when cut), its first
+        ``FIELDS_MAX`` fields. Nothing of an event beyond that reaches Python."""
         n = _check_tail(tail)
+        cut = _check_chars(chars, n)
         if provider:
-            view = self.provider_view(session_id, tail=n)
+            view = self.provider_view(session_id, tail=n, chars=cut)
             if view.missing:
                 raise UnansweredCalls(session_id, tuple(m.tool_call_id for m in view.missing))
             return view.messages
         if n is None:
             return fold(self._log.events(session_id))
         with self._store.read() as db:
-            return _tail_txn(db, session_id, n)
+            return _tail_txn(db, session_id, n, cut)
 
-    def provider_view(self, session_id: str, *, tail: int | None = None) -> ProviderView:
+    def provider_view(self, session_id: str, *, tail: int | None = None, chars: int | None = None) -> ProviderView:
         """The transcript shaped for a provider request: each assistant's results right after it
         in call order, aborted and errored answers left out, and ``missing`` naming every call
         still without a result (run recovery first; nothing is invented).
 
         With ``tail=N`` (an int >= 0), ``provider_view(session_id).tail(N)``: its last N messages,
-        and of ``missing`` only the calls of the assistant messages among them."""
+        and of ``missing`` only the calls of the assistant messages among them. With ``chars=C``
+        (with ``tail`` only), each message is read cut in SQL, as ``messages(..., chars=C)`` says
+        (calls pair with results by their ids' first C characters)."""
         n = _check_tail(tail)
+        cut = _check_chars(chars, n)
         if n is None:
             return provider_view(self._log.events(session_id))
         with self._store.read() as db:
@@ -87,7 +102,7 @@ class Transcript:
             # shape into is long enough (results of earlier assistants, left-out answers drop).
             wanted = n
             while True:
-                last = _tail_txn(db, session_id, wanted)
+                last = _tail_txn(db, session_id, wanted, cut)
                 view = provider_tail(last, n, whole=len(last) < wanted)
                 if view is not None:
                     return view
@@ -114,19 +129,35 @@ class Transcript:
         """Take the transcript's last message back, without deleting anything: appends a
         ``retract`` event naming it, which the messages view, its tail and the provider view
         honour (and ``journal show`` marks). Returns the message taken back, or ``None`` (and
-        writes nothing) when the transcript is empty."""
+        writes nothing) when the transcript is empty.
+
+        A call and its result go together: when the last message is a tool result whose call an
+        assistant message in the transcript made, that assistant message goes too, with every
+        message after it (each its own ``retract`` event, newest first, in this one
+        transaction); so the provider view never owes a call whose result was taken back (the
+        first result written stays the call's result, G5: nobody could answer it again). An
+        assistant message whose calls have no result yet goes alone: a result written later
+        answers a call no message in the transcript made, and the provider view leaves it out.
+        The log keeps every event, so recovery still answers a dispatched call it owes."""
         if reason is not None and not isinstance(reason, str):
             raise InvalidArgument("reason", f"must be a string, not {type(reason).__name__}")
         time_ms = _log.now_ms()
         with self._store.write("retract", sessions=(session_id,)) as db:
-            last = _tail_txn(db, session_id, 1)
+            wanted = 4
+            while True:
+                last = _tail_txn(db, session_id, wanted)
+                start = exchange_start(last, whole=len(last) < wanted)
+                if start is not None:
+                    break
+                wanted *= 4
             if not last:
                 return None
-            data: dict[str, Any] = {"seq": last[0].seq}
-            if reason is not None:
-                data["reason"] = reason
-            self._log.append_txn(db, session_id, "retract", data, time_ms)
-        return last[0]
+            for message in reversed(last[start:]):
+                data: dict[str, Any] = {"seq": message.seq}
+                if reason is not None:
+                    data["reason"] = reason
+                self._log.append_txn(db, session_id, "retract", data, time_ms)
+        return last[-1]
 
     def forget_txn(self, db: Database, session_id: str) -> None:
         """Delete the session's compaction rows (purge)."""
@@ -138,14 +169,25 @@ def _check_tail(tail: object) -> int | None:
     return None if tail is None else check_int("tail", tail)
 
 
+def _check_chars(chars: object, tail: int | None) -> int | None:
+    """``chars`` if it is ``None`` or an int from 0 to ``CHARS_MAX`` given with ``tail``; else
+    ``InvalidArgument``, before any read."""
+    if chars is None:
+        return None
+    if tail is None:
+        raise InvalidArgument("chars", "a cut read is of the transcript's last messages: give tail= too")
+    return check_int("chars", chars, maximum=CHARS_MAX)
+
+
 def places_compactions(db: Database) -> bool:
     """Whether the file places its compactions (a read-only open of an older one does not)."""
     return db.dialect != "sqlite" or db.value("PRAGMA user_version") >= _FIRST_VERSION
 
 
-def _tail_txn(db: Database, session_id: str, n: int) -> list[Message]:
+def _tail_txn(db: Database, session_id: str, n: int, chars: int | None = None) -> list[Message]:
     if places_compactions(db):
-        return _End(db, session_id).last(n)
+        return _End(db, session_id, chars=chars).last(n)
+    # An older file read-only (no compactions placed): folded from its whole log, never cut.
     messages = fold(_log.read_events_txn(db, session_id))
     return messages[max(len(messages) - n, 0) :]
 
@@ -161,11 +203,17 @@ class _Slice(NamedTuple):
 
 
 class _End:
-    """A session's transcript read from its end, inside the caller's read snapshot."""
+    """A session's transcript read from its end, inside the caller's read snapshot.
 
-    def __init__(self, db: Database, session_id: str) -> None:
+    With ``chars``, the reads find where the messages stand (seqs, no ``data``), then read just
+    those events cut to ``chars`` characters in SQL (``journal.preview.previews_at_txn``)."""
+
+    def __init__(self, db: Database, session_id: str, *, chars: int | None = None) -> None:
         self._db = db
         self._session_id = session_id
+        self._chars = chars
+        data = "data" if chars is None else "NULL"
+        self._up, self._down, self._one = (sql.format(data=data) for sql in (_READ_UP, _READ_DOWN, _READ_ONE))
         self._chain = [(owner, lo, int(min(hi, _SEQ_END))) for owner, lo, hi in reversed(_log.chain_txn(db, session_id))]
         self._marks = [Compaction(*row) for owner, lo, hi in self._chain for row in db.execute(_MARKS, (owner, lo, hi))]
 
@@ -181,7 +229,7 @@ class _End:
         top = self._marks[-1].seq if self._marks else -1
         newest = self._newest(top + 1, n)
         if len(newest) == n or not self._marks:
-            return messages_of(newest)
+            return self._messages(newest)
         # The rest are the last positions of the transcript as the newest compaction left it.
         level = len(self._marks) - 1
         size = self._marks[level].after
@@ -196,7 +244,21 @@ class _End:
             slots[piece.dest : piece.dest + piece.hi - piece.lo] = self._rank(piece.level, piece.lo, piece.hi)
         events = [event for event in slots if event is not None]
         assert len(events) == wanted
-        return messages_of(events + newest)
+        return self._messages(events + newest)
+
+    def _messages(self, events: list[Event]) -> list[Message]:
+        """The messages of ``events`` in their order; a cut read reads their data now, cut."""
+        if self._chars is None:
+            return messages_of(events)
+        seqs: dict[str, list[int]] = {}
+        for event in events:
+            seqs.setdefault(self._owner(event.seq), []).append(event.seq)
+        cut = {
+            p.seq: p.event()
+            for owner, wanted in seqs.items()
+            for p in previews_at_txn(self._db, self._session_id, owner, wanted, self._chars)
+        }
+        return messages_of(cut[event.seq] for event in events)
 
     def _map(
         self, level: int, ranges: list[tuple[int, int, int]], slots: list[Event | None], slices: list[_Slice]
@@ -218,7 +280,7 @@ class _End:
                 at, shift = mark.first, min(mark.last, mark.before - 1) - mark.first
             spans = [(dest, lo, min(hi, at))]
             if lo <= at < hi:
-                slots[dest + at - lo] = self._event(self._db.one(_READ_ONE, (self._owner(mark.seq), mark.seq)))
+                slots[dest + at - lo] = self._event(self._db.one(self._one, (self._owner(mark.seq), mark.seq)))
             if hi > at + 1:
                 first = max(lo, at + 1)
                 spans.append((dest + first - lo, first + shift, hi + shift))
@@ -257,9 +319,9 @@ class _End:
 
     def _rank_in(self, piece: tuple[str, int, int], lo: int, hi: int, size: int) -> list[Event]:
         if lo <= size - hi:
-            rows = list(self._db.execute(_READ_UP, (*piece, hi - lo, lo)))
+            rows = list(self._db.execute(self._up, (*piece, hi - lo, lo)))
         else:
-            rows = list(self._db.execute(_READ_DOWN, (*piece, hi - lo, size - hi)))[::-1]
+            rows = list(self._db.execute(self._down, (*piece, hi - lo, size - hi)))[::-1]
         return [self._event(row) for row in rows]
 
     def _newest(self, since: int, n: int) -> list[Event]:
@@ -268,7 +330,7 @@ class _End:
         for piece in reversed(list(self._pieces(since, _SEQ_END))):
             if len(rows) >= n:
                 break
-            rows.extend(self._db.execute(_READ_DOWN, (*piece, n - len(rows), 0)))
+            rows.extend(self._db.execute(self._down, (*piece, n - len(rows), 0)))
         return [self._event(row) for row in reversed(rows)]
 
     def _pieces(self, lo: int, hi: int) -> Iterator[tuple[str, int, int]]:
@@ -282,4 +344,4 @@ class _End:
 
     def _event(self, row: tuple[int, str, str, int]) -> Event:
         seq, type_, text, time_ms = row
-        return Event(self._session_id, seq, type_, json.loads(text), time_ms)
+        return Event(self._session_id, seq, type_, {} if text is None else json.loads(text), time_ms)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from journal import log as _log
-from journal.codec import check_int
+from journal.codec import MAX_STREAM_KEY, check_id, check_int, check_text
 from journal.errors import InvalidArgument, LeaseLost, NoOpenTurn, OpenTurnError, TurnHeld
 from journal.log import Log
 from journal.model import Event, Phase, StepOutcome, SubmissionState, TurnEndReason
@@ -263,6 +263,7 @@ class Turns:
 
     def turn_start(self, session_id: str) -> Turn:
         """Open a turn (``turn_start``, numbered from 1 by counting the log's turns)."""
+        check_text("session_id", session_id)
         time_ms = _log.now_ms()
         with self._store.write("turn_start", sessions=(session_id,)) as db:
             return self.start_txn(db, session_id, time_ms, owner=lease_owner())
@@ -300,6 +301,7 @@ class Turns:
         return handle
 
     def _take_over(self, session_id: str, *, missing_ok: bool) -> Turn | None:
+        check_text("session_id", session_id)
         with self._store.write("take_over", sessions=(session_id,)) as db:
             start_seq = open_turn_txn(db, session_id)
             if start_seq is None:
@@ -362,8 +364,8 @@ class Turns:
 
     def provider_started(self, turn: Turn, *, stream_key: str | None = None) -> None:
         """Record that the model request is going out (phase ``provider_started``)."""
-        if stream_key is not None and (not isinstance(stream_key, str) or not stream_key):
-            raise InvalidArgument("stream_key", "must be a non-empty string")
+        if stream_key is not None:
+            check_id("stream_key", stream_key, MAX_STREAM_KEY)
         with self._store.write("provider_started", sessions=(turn.session_id,)) as db:
             row = self._held_txn(db, turn)
             if not row.step_open:
@@ -423,11 +425,10 @@ class Turns:
         Returns whether this write won. Chunks let the reconciler turn a half-streamed answer
         into an aborted assistant message after a crash.
         """
-        if not isinstance(stream_key, str) or not stream_key:
-            raise InvalidArgument("stream_key", "must be a non-empty string")
+        check_text("session_id", session_id)
+        check_id("stream_key", stream_key, MAX_STREAM_KEY)
         check_int("index", index)
-        if not isinstance(content, str):
-            raise InvalidArgument("content", f"must be a string, not {type(content).__name__}")
+        check_text("content", content)
         with self._store.write("save_chunk", sessions=(session_id,)) as db:
             _log.next_seq_txn(db, session_id)
             db.execute(
@@ -439,12 +440,14 @@ class Turns:
 
     def stream_chunks(self, stream_key: str) -> list[str]:
         """The saved segments of a stream, in index order."""
+        check_text("stream_key", stream_key)
         with self._store.read() as db:
             return [c for (c,) in db.execute("SELECT content FROM stream_chunks WHERE stream_key = ? ORDER BY idx", (stream_key,))]
 
     def turn_state(self, session_id: str, start_seq: int | None = None) -> TurnState | None:
         """The turn journal row of a session's open turn (or of the turn started at
         ``start_seq``), or ``None``."""
+        check_text("session_id", session_id)
         with self._store.read() as db:
             if start_seq is None:
                 start_seq = open_turn_txn(db, session_id)

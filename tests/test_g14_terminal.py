@@ -284,6 +284,64 @@ def test_g14_torture_report_lines_escape_what_they_quote() -> None:
     assert "\\x1b]52" in text and "\\u202e" in text
 
 
+# -- long stored strings: cut like content, so soft wrap cannot forge a line ------------------------
+
+# A terminal wraps a long line onto its next row: a tool name of 300 spaces and then a marker
+# would show the marker at the start of a row, as if it were a line of its own. Each string is
+# planted in every place _build puts content (names, call ids, argument keys and values,
+# session ids, notes, reasons, lease owners, meta, x. type names).
+MARKER = "!! MAY HAVE RUN - verify before retrying"
+LONG = {  # (at most 252 characters: "evil" + one of them is a session id, which the schema bounds)
+    "padded_with_spaces": " " * 200 + MARKER,
+    "padded_with_tabs": "\t" * 150 + MARKER,
+    "one_long_word": "y" * 200 + MARKER,
+    "padding_between_words": ("pad" + " " * 40) * 4 + MARKER,
+}
+# No line of the text output may be longer than this, however long what is stored: every
+# stored string a line shows is cut (a line shows at most a few of them).
+LINE_LIMIT = 600
+
+
+@pytest.fixture(scope="module")
+def long_journals(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("g14-long")
+    built = {}
+    for name, h in LONG.items():
+        built[name] = root / f"{name}.db"
+        _build(built[name], h)
+    return built
+
+
+@pytest.mark.parametrize("name", list(LONG))
+def test_g14_long_names_ids_and_arguments_are_cut_so_no_line_is_unbounded_or_forged(
+    name: str, long_journals, tmp_path: Path
+) -> None:
+    h = LONG[name]
+    for index, args in enumerate(READ_COMMANDS + WRITE_COMMANDS):
+        if args[0] in ("import", "append"):
+            continue  # one count line; the event as stored, in JSON (exact, by contract)
+        db = _copy(long_journals[name], tmp_path / f"run-{index}")
+        code, out, err = _run(db, args, h, "n\n")
+        assert code in (0, 1), (args, err)
+        assert_safe(out + err, f"{name}: journal {' '.join(args)}")
+        for line in (out + err).decode().splitlines():
+            assert len(line) <= LINE_LIMIT, (args, len(line), line[:200])
+            assert not line.lstrip(" ").startswith(("!!", "MAY HAVE RUN")), (args, line)
+            # Padding is shown as one space, and tabs as visible escapes: no blank run from the
+            # file pushes the marker along a row, to where the terminal wraps it to a row's start.
+            assert " " * 12 + "!!" not in line and "\t" not in line, (args, line[:200])
+        if args in (["show", "s"], ["scan"], ["indeterminate"], ["recover", "--dry-run"]):
+            assert "…" in out.decode(), (args, "the long strings are cut")
+
+
+def test_g14_a_real_marker_survives_the_cut() -> None:
+    from journal.cli import render
+
+    assert render.risk_marker("tool_outcome_unknown") == MARKER
+    assert render.cut(" " * 300 + "x") == " x" and render.cut("y" * 300, 10) == "y" * 9 + "…"
+    assert render.cut("\x1b[2J" + " " * 50 + "tail", 8) == "\\x1b[2J…"  # the width counts what is shown
+
+
 # -- real processes: a pipe and a terminal ---------------------------------------------------------
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import urllib.parse
 import uuid
 from pathlib import Path
 
@@ -16,7 +18,8 @@ from click.testing import CliRunner
 import journal
 import journal.aio
 from journal.cli import main as cli
-from journal.store.postgres import SCHEMA_VERSION, redacted
+from journal.store.postgres import SCHEMA_VERSION
+from journal.store.target import redact
 from journal.testing.pgserver import PgServer
 from tests.raw import Raw, Refused
 
@@ -75,7 +78,7 @@ def test_g13_four_processes_opening_an_empty_database_at_once_make_one_journal(p
     code = "import sys, journal\nj = journal.open(sys.argv[1]); j.create_session(sys.argv[2]); j.close()"
     children = [python_child(code, pg_dsn, f"s{i}") for i in range(4)]
     for child in children:
-        out, err = child.communicate(timeout=60)
+        _out, err = child.communicate(timeout=60)
         assert child.returncode == 0, err
     with journal.open(pg_dsn) as j:
         assert sorted(s.id for s in j.sessions()) == ["s0", "s1", "s2", "s3"]
@@ -94,9 +97,9 @@ def test_a_journal_in_a_readonly_open_refuses_writes_with_a_typed_error(pg_dsn: 
         assert j.count("s") == 0
 
 
-def test_the_dsn_is_shown_without_its_password() -> None:
-    assert redacted("postgresql://bot:s3cret@db.internal:5432/agents") == "postgresql://bot:***@db.internal:5432/agents"
-    assert redacted("postgresql://bot@/agents?host=/run") == "postgresql://bot@/agents?host=/run"
+def test_g14_the_dsn_is_shown_without_its_password() -> None:
+    assert redact("postgresql://bot:s3cret@db.internal:5432/agents") == "postgresql://bot:***@db.internal:5432/agents"
+    assert redact("postgresql://bot@/agents?host=/run") == "postgresql://bot@/agents?host=/run"
 
 
 def test_options_of_a_file_are_refused_for_a_server(pg_dsn: str) -> None:
@@ -124,7 +127,9 @@ def test_g12_values_postgresql_cannot_hold_are_refused_before_anything_is_writte
         assert j.count("s") == 1 and j.state("s") == {}
 
 
-def test_g1_a_server_crash_keeps_what_was_committed_fails_the_write_in_its_way_with_a_typed_error_and_the_journal_reconnects() -> None:
+def test_g1_a_server_crash_keeps_what_was_committed_fails_the_write_in_its_way_with_a_typed_error_and_the_journal_reconnects() -> (
+    None
+):
     with PgServer(fsync=False) as server:
         dsn = server.create_database()
         with journal.open(dsn) as j:
@@ -246,8 +251,190 @@ def test_g2_a_batch_refused_midway_on_the_client_leaves_none_of_its_rows(pg_dsn:
     with journal.open(pg_dsn) as j:
         j.create_session("s")
         with j._store.write("test") as db:
-            db.execute("INSERT INTO state (session_id, key, at, kind, value) VALUES ('s', 'kept', 0, 'bytes', ?)", (b"1",))
+            db.execute(
+                "INSERT INTO state (session_id, key, at, kind, value) VALUES ('s', 'kept', 0, 'bytes', ?)", (b"1",)
+            )
             rows = [("s", "a", 0, "bytes", b"1"), ("s", "b", 0, "bytes", b"2"), ("s", "\ud800", 0, "bytes", b"3")]
             with pytest.raises(journal.InvalidArgument):
                 db.executemany("INSERT INTO state (session_id, key, at, kind, value) VALUES (?, ?, ?, ?, ?)", rows)
         assert j.state("s") == {"kept": b"1"}
+
+
+# -- parity: what SQLite takes, PostgreSQL takes (DESIGN §16) ---------------------------------------
+
+
+def _meta_plan(j: journal.Journal, meta: dict) -> str:
+    """PostgreSQL's plan of ``sessions(meta=...)``, sequential scans priced out: an index the
+    query can use is used."""
+    from journal.log import _session_filters
+    from journal.store.postgres import pg_sql
+
+    where, args = _session_filters(meta, None, None, "postgresql")
+    text, _, _ = pg_sql("SELECT s.id FROM sessions AS s WHERE s.purged_ms IS NULL" + where)
+    conn = j._store._conn
+    conn.execute("SET enable_seqscan = off")
+    try:
+        return "\n".join(row[0] for row in conn.execute("EXPLAIN (COSTS OFF) " + text, args))
+    finally:
+        conn.execute("RESET enable_seqscan")
+
+
+def test_g7_a_session_by_a_long_meta_value_is_found_through_the_digest_index(pg_dsn: str) -> None:
+    value = "v" * 200_000
+    with journal.open(pg_dsn) as j:
+        for i in range(50):
+            j.create_session(f"s{i}", meta={"note": value if i == 7 else f"n{i}", "vip": i % 2 == 0})
+        assert [s.id for s in j.sessions(meta={"note": value})] == ["s7"]
+        for meta in ({"note": value}, {"vip": True, "note": "n4"}):
+            plan = _meta_plan(j, meta)
+            assert "session_meta_match" in plan and "Seq Scan on session_meta" not in plan, plan
+
+
+def test_parity_a_file_with_long_meta_values_exports_and_imports_into_a_server(tmp_path: Path, pg_dsn: str) -> None:
+    source = tmp_path / "bot.db"
+    long_values = {"100kB": "a" * 100_000, "1MB": "b" * 1_000_000}
+    with journal.open(source) as j:
+        for name, value in long_values.items():
+            j.create_session(name, meta={"note": value, "k" * 50_000: name})
+            j.append(name, "user_message", {"content": name})
+    runner = CliRunner()
+    dump = tmp_path / "bot.jsonl"
+    exported = runner.invoke(cli, ["export", "--db", str(source), "--output", str(dump)])
+    assert exported.exit_code == 0, exported.output
+    imported = runner.invoke(cli, ["import", "--db", pg_dsn, str(dump)])
+    assert imported.exit_code == 0, imported.output
+    with journal.open(pg_dsn) as p, journal.open(source) as j:
+        for name, value in long_values.items():
+            assert [s.id for s in p.sessions(meta={"note": value})] == [name]
+            assert [s.id for s in p.sessions(meta={"k" * 50_000: name})] == [name]
+            assert p.session(name).meta == j.session(name).meta and p.events(name) == j.events(name)
+        assert p.check() == []
+
+
+def test_parity_a_file_with_every_identifier_at_its_limit_exports_and_imports_into_a_server(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    from tests.test_g12_hostile_input import write_identifiers_at_their_limits
+
+    source = tmp_path / "bot.db"
+    with journal.open(source) as j:
+        sid = write_identifiers_at_their_limits(j)  # random 4-byte characters: the worst case in UTF-8
+    runner = CliRunner()
+    dump = tmp_path / "bot.jsonl"
+    exported = runner.invoke(cli, ["export", "--db", str(source), "--output", str(dump)])
+    assert exported.exit_code == 0, exported.output
+    imported = runner.invoke(cli, ["import", "--db", pg_dsn, str(dump)])
+    assert imported.exit_code == 0, imported.output
+    with journal.open(pg_dsn) as p, journal.open(source) as j:
+        assert p.events(sid) == j.events(sid) and p.state(sid) == j.state(sid)
+        assert p.messages(sid) == j.messages(sid) and p.check() == []
+    again = runner.invoke(cli, ["export", "--db", pg_dsn])
+    assert again.exit_code == 0 and again.output == dump.read_text()
+
+
+def _schema_of(dsn: str) -> str:
+    return urllib.parse.unquote(dsn.rsplit("search_path", 1)[1]).lstrip("=")
+
+
+def _pg_dump(pg_server, dsn: str) -> str:
+    """``pg_dump`` of the DSN's schema, definitions and rows: what "left untouched" compares,
+    every kind of object included."""
+    from journal.testing.pgserver import bindir
+
+    done = subprocess.run(
+        [str(bindir() / "pg_dump"), "-h", pg_server.socket_dir, "-U", pg_server._user, "-d", "contract",
+         "-n", _schema_of(dsn), "--no-owner"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    # (\restrict and \unrestrict carry a key pg_dump draws at random each run)
+    return "\n".join(line for line in done.stdout.splitlines() if not line.startswith(("\\restrict", "\\unrestrict")))
+
+
+FOREIGN_OBJECTS = {
+    "table": "CREATE TABLE orders (id int)",
+    "view": "CREATE VIEW report AS SELECT 1 AS x",
+    "materialized view": "CREATE MATERIALIZED VIEW totals AS SELECT 1 AS x",
+    "sequence": "CREATE SEQUENCE invoice_numbers",
+    "function": "CREATE FUNCTION answer() RETURNS int LANGUAGE sql AS 'SELECT 42'",
+    "procedure": "CREATE PROCEDURE tidy() LANGUAGE sql AS 'SELECT 1'",
+    "enum type": "CREATE TYPE mood AS ENUM ('ok', 'sad')",
+    "domain": "CREATE DOMAIN positive AS int CHECK (VALUE > 0)",
+    "composite type": "CREATE TYPE pair AS (a int, b int)",
+    "collation": 'CREATE COLLATION bytes FROM "C"',
+    "text search configuration": "CREATE TEXT SEARCH CONFIGURATION plain (COPY = simple)",
+}
+
+
+@pytest.mark.parametrize("sql", list(FOREIGN_OBJECTS.values()), ids=list(FOREIGN_OBJECTS))
+def test_g13_a_schema_holding_any_object_of_another_application_is_refused_and_left_untouched(
+    pg_server, pg_dsn: str, sql: str
+) -> None:
+    with Raw(pg_dsn) as raw:
+        raw.execute(sql)
+    before = _pg_dump(pg_server, pg_dsn)
+    for readonly in (False, True):
+        with pytest.raises(journal.NotAJournal, match="another application"):
+            journal.open(pg_dsn, readonly=readonly)
+    assert _pg_dump(pg_server, pg_dsn) == before
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "CREATE TABLE journal_meta (application text, schema_version text)",
+        "CREATE TABLE journal_meta (one int PRIMARY KEY DEFAULT 1, application text, schema_version bigint)",
+        "CREATE TABLE journal_meta (one int, application text, schema_version int, owner text)",
+        "CREATE VIEW journal_meta AS SELECT 1 AS one, 'journal'::text AS application, 6 AS schema_version",
+    ],
+    ids=["other-columns", "other-type", "one-more-column", "a-view"],
+)
+def test_g13_a_journal_meta_of_another_shape_is_not_a_stamp(pg_server, pg_dsn: str, sql: str) -> None:
+    with Raw(pg_dsn) as raw:
+        raw.execute(sql)
+        if sql.startswith("CREATE TABLE"):
+            columns = "application, schema_version"
+            raw.execute(f"INSERT INTO journal_meta ({columns}) VALUES ('journal', '{SCHEMA_VERSION}')")
+    before = _pg_dump(pg_server, pg_dsn)
+    for readonly in (False, True):
+        with pytest.raises(journal.NotAJournal, match="journal_meta|another application"):
+            journal.open(pg_dsn, readonly=readonly)
+    assert _pg_dump(pg_server, pg_dsn) == before
+
+
+def test_g13_a_journal_beside_an_object_of_another_application_writes_only_its_own(pg_dsn: str) -> None:
+    journal.open(pg_dsn).close()
+    with Raw(pg_dsn) as raw:
+        raw.execute("CREATE TABLE reports (id int, note text)")
+        raw.execute("INSERT INTO reports VALUES (1, 'keep me')")
+        raw.execute("CREATE VIEW session_count AS SELECT count(*) AS n FROM sessions")
+    with journal.open(pg_dsn) as j:
+        j.create_session("s", meta={"k": "v"})
+        j.append("s", "user_message", {"content": "hi"})
+        assert j.check() == []
+    with Raw(pg_dsn) as raw:
+        assert raw.execute("SELECT id, note FROM reports") == [(1, "keep me")]
+        assert raw.execute("SELECT n FROM session_count") == [(1,)]
+
+
+def test_a_version_6_schema_made_before_the_meta_digests_is_read_as_it_is_and_upgraded_by_a_write_open(
+    pg_dsn: str,
+) -> None:
+    with journal.open(pg_dsn) as j:
+        j.create_session("old", meta={"team": "ops"})
+    with Raw(pg_dsn) as raw:  # as schema_pg.sql made session_meta until now
+        raw.execute("DROP INDEX session_meta_match")
+        raw.execute("DROP INDEX session_meta_session")
+        raw.execute("ALTER TABLE session_meta ADD PRIMARY KEY (key, type, value, session_id)")
+    with journal.open(pg_dsn, readonly=True) as ro:  # read as it is, nothing changed
+        assert [s.id for s in ro.sessions(meta={"team": "ops"})] == ["old"]
+    with Raw(pg_dsn) as raw:
+        assert raw.execute("SELECT to_regclass('session_meta_match') IS NULL") == [(True,)]
+    with journal.open(pg_dsn) as j:
+        j.create_session("new", meta={"note": "n" * 100_000})
+        assert [s.id for s in j.sessions(meta={"note": "n" * 100_000})] == ["new"]
+        assert [s.id for s in j.sessions(meta={"team": "ops"})] == ["old"]
+        assert j.check() == []
+    with Raw(pg_dsn) as raw:
+        assert raw.execute(
+            "SELECT to_regclass('session_meta_pkey') IS NULL, to_regclass('session_meta_match') IS NOT NULL"
+        ) == [(True, True)]

@@ -333,3 +333,14 @@ def test_paging_after_a_listed_session_goes_on_even_if_it_was_purged_meanwhile(j
     assert [s.id for s in first] + [s.id for s in rest] == ["s0", "s1", "s2", "s3", "s4"]
     with pytest.raises(journal.SessionNotFound):
         j.sessions(after=first[-1].id)  # by id, a purged session is unknown
+
+
+@pytest.mark.parametrize("size", [100_000, 1_000_000], ids=["100kB", "1MB"])
+def test_g12_a_long_meta_key_or_value_is_stored_and_found_on_every_backend(j: journal.Journal, size: int) -> None:
+    # Parity (DESIGN §16): what SQLite takes, PostgreSQL takes (its index holds digests).
+    value, key = "v" * size + "!", "k" * (size // 10)
+    j.create_session("long", meta={"note": value, key: 7, "short": "x"})
+    j.create_session("other", meta={"note": value[:-1], key: 8})
+    assert [s.id for s in j.sessions(meta={"note": value})] == ["long"]
+    assert [s.id for s in j.sessions(meta={key: 7})] == ["long"]
+    assert j.sessions(meta={"note": value + "?"}) == [] and j.session("long").meta["note"] == value

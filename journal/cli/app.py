@@ -14,11 +14,13 @@ import click
 
 from journal.cli.render import echo
 from journal.errors import JournalError
+from journal.store.target import redact
 
 
 def _fail(message: str, code: int) -> click.exceptions.Exit:
-    """Print one escaped ``journal: ...`` line on stderr; the caller raises what this returns."""
-    echo(f"journal: {message}", err=True)
+    """Print one escaped ``journal: ...`` line on stderr, any DSN's password hidden (a usage
+    error quotes the --db it was given); the caller raises what this returns."""
+    echo(redact(f"journal: {message}"), err=True)
     return click.exceptions.Exit(code)
 
 

@@ -23,6 +23,7 @@ from journal.cli import render
 from journal.cli.app import main
 from journal.cli.render import echo
 from journal.escape import escape
+from journal.store.target import is_dsn, redact
 
 CRASH_AT = "tool.after_run:2"  # the second tool call: delete_file, after its side effect
 
@@ -79,13 +80,17 @@ def run_demo(db: str | None) -> None:
     """Tell the story in seven steps, on ``db`` (or a new temporary directory's file)."""
     if db is None:
         db = os.path.join(tempfile.mkdtemp(prefix="journal-demo-"), "demo.db")
-    ledger_path = db + ".ledger"
+    # Beside the file; for a database, in a directory of its own (a DSN is no file's name: it
+    # may hold a password).
+    ledger_path = (
+        os.path.join(tempfile.mkdtemp(prefix="journal-demo-"), "demo.ledger") if is_dsn(db) else db + ".ledger"
+    )
     session_id = f"demo-{uuid.uuid4().hex[:8]}"
     _refuse_unsafe_ledger(ledger_path)
     with journal.open(db):
         pass  # a place that cannot hold a journal fails here, in one line, before the child runs
     _create_ledger(ledger_path)
-    echo(f"journal file: {db}", f"side-effect ledger (the witness outside the journal): {ledger_path}")
+    echo(f"journal file: {redact(db)}", f"side-effect ledger (the witness outside the journal): {ledger_path}")
 
     _heading("1. An agent runs in a child process and is killed mid-tool-call")
     echo(
@@ -135,7 +140,7 @@ def run_demo(db: str | None) -> None:
         entries = _entries(ledger_path, session_id)
         repeated = len(entries) - len({e.get("call") for e in entries})
         echo(f"side effects: {len(entries)}, repeated: {repeated}")
-    echo("", f"Look around: journal show {session_id} --db {db}")
+    echo("", f"Look around: journal show {session_id} --db {redact(db)}")
 
 
 def _entries(ledger_path: str, session_id: str) -> list[dict[str, object]]:

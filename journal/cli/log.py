@@ -11,12 +11,11 @@ from typing import Any
 import click
 
 import journal
-from journal import transfer
 from journal.cli import render
 from journal.cli.app import main
 from journal.cli.options import SEQ_MAX, Seconds, db_option, open_journal
 from journal.cli.output import output, output_options, print_json
-from journal.escape import escape
+from journal.codec import parse_json
 
 
 @main.command()
@@ -28,9 +27,9 @@ from journal.escape import escape
 def append(db: str, session: str, type: str, data: str, create: bool) -> None:
     """Append one event (DATA is a JSON object) and print it as stored."""
     try:
-        parsed = transfer.parse_json(data)
-    except ValueError as exc:
-        raise click.BadParameter(f"not JSON: {exc}", param_hint="DATA") from None
+        parsed = parse_json(data, "DATA")
+    except journal.InvalidEvent as exc:  # not JSON, or nested past the codec's limit
+        raise click.BadParameter(exc.problem, param_hint="DATA") from None
     with open_journal(db, create=create) as j:
         if create:
             try:
@@ -76,8 +75,8 @@ def show(db: str, session: str, view: str, since: int | None, tail: int | None, 
                 for m in shaped.missing
             ]
             render_lines = partial(render.messages, shaped.messages, missing=shaped.missing)
-    parent = f", fork of {info.parent_id}" if info.parent_id else ""
-    header = f"session {info.id} ({info.count} events{parent})"
+    parent = f", fork of {render.cut_id(info.parent_id)}" if info.parent_id else ""
+    header = f"session {render.cut_id(info.id)} ({info.count} events{parent})"
     output(document, document["items"], _rendered(render_lines, header), as_json=as_json, as_nl=as_nl)
 
 
@@ -128,7 +127,7 @@ def state(db: str, session: str, as_of: int | None, as_json: bool, as_nl: bool) 
         values = j.state(session, as_of=as_of)
     items = [{"key": key, **_state_value(value)} for key, value in values.items()]
     document = {"session_id": session, "as_of": as_of, "state": items}
-    lines = (f"{escape(key)}  {render.state_value(value)}" for key, value in values.items())
+    lines = (f"{render.cut(key, render.NAME_WIDTH)}  {render.state_value(value)}" for key, value in values.items())
     output(document, items, lines, as_json=as_json, as_nl=as_nl)
 
 

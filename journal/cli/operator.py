@@ -6,6 +6,7 @@ import attrs
 import click
 
 from journal import IndeterminateCall, OperatorOutcome
+from journal.cli import render
 from journal.cli.app import main
 from journal.cli.options import db_option, open_journal
 from journal.cli.output import output, output_options
@@ -26,8 +27,9 @@ def indeterminate(db: str, session: str | None, as_json: bool, as_nl: bool) -> N
 
 def _call_line(call: IndeterminateCall) -> str:
     data = (call.notification or {}).get("data", {})
-    reason = f"  ({data['reason']})" if "reason" in data else ""
-    return f"{call.session_id}  {call.call_id}  {call.name}  dispatched at seq {call.dispatch_seq}{reason}"
+    reason = f"  ({render.cut(data['reason'])})" if isinstance(data, dict) and "reason" in data else ""
+    ids = f"{render.cut_id(call.session_id)}  {render.cut_id(call.call_id)}  {render.cut_name(call.name)}"
+    return f"{ids}  dispatched at seq {call.dispatch_seq}{reason}"
 
 
 @main.command()
@@ -42,5 +44,5 @@ def resolve(db: str, session: str, call: str, outcome: str, note: str | None, as
     """Resolve an indeterminate tool call: record what the operator found (ran / did_not_run)."""
     with open_journal(db) as j:
         event = j.resolve(session, call, outcome=outcome, note=note)
-    lines = [f"resolved {session} {call}: {outcome} (seq {event.seq})"]
+    lines = [f"resolved {render.cut_id(session)} {render.cut_id(call)}: {outcome} (seq {event.seq})"]
     output(event.to_dict(), [event.to_dict()], lines, as_json=as_json, as_nl=as_nl)

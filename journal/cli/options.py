@@ -10,9 +10,9 @@ from typing import Any
 import click
 
 import journal
-from journal.store.target import is_dsn
+from journal.store.target import is_dsn, malformed_dsn
 
-DB_HELP = "The journal file, or a postgresql:// DSN (or set JOURNAL_DB)."
+DB_HELP = "The journal file, or a PostgreSQL DSN: postgresql://... or host=... dbname=... (or set JOURNAL_DB)."
 SEQ_MAX = 2**63 - 1  # seqs are SQLite integers
 
 
@@ -23,8 +23,9 @@ def db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def open_journal(db: str, *, create: bool = False, **kwargs: Any) -> journal.Journal:
     """Open the journal; only ``create`` lets a path that does not exist become a new one (or,
-    for a ``postgresql://`` DSN, a database without a journal get one)."""
-    if is_dsn(db):
+    for a DSN, a database without a journal get one). A text that starts like a DSN but is not
+    one is refused by ``journal.open`` (never a file, never quoted: it may hold a password)."""
+    if is_dsn(db) or malformed_dsn(db) is not None:
         if not create:
             try:
                 journal.open(db, readonly=True).close()

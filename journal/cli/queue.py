@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from journal import Decision, Submission
+from journal.cli import render
 from journal.cli.app import main
 from journal.cli.options import SEQ_MAX, db_option, open_journal
 from journal.cli.output import output, output_options
@@ -33,9 +34,9 @@ def submissions(
 
 
 def _submission_line(sub: Submission) -> str:
-    lease = f" lease {sub.lease_owner}" if sub.lease_owner else ""
-    outcome = f" ({sub.outcome})" if sub.outcome else ""
-    return f"{sub.id}  {sub.session_id}  {sub.state.value:<9} attempt {sub.attempt}/{sub.max_attempts}{lease}{outcome}"
+    lease = f" lease {render.cut_id(sub.lease_owner)}" if sub.lease_owner else ""
+    outcome = f" ({render.cut(sub.outcome)})" if sub.outcome else ""
+    return f"{render.cut_id(sub.id)}  {render.cut_id(sub.session_id)}  {sub.state.value:<9} attempt {sub.attempt}/{sub.max_attempts}{lease}{outcome}"
 
 
 @main.command()
@@ -55,5 +56,5 @@ def reconcile(db: str, dry_run: bool, context_window: int, as_json: bool, as_nl:
 
 def _decision_line(d: Decision) -> str:
     mode = f" ({d.resume_mode.value})" if d.resume_mode else ""
-    reason = f": {d.reason}" if d.reason else ""
-    return f"{d.submission_id}  {d.action}{mode}{reason}  [{d.state}, {len(d.appended)} event(s)]"
+    reason = f": {render.cut(d.reason)}" if d.reason else ""
+    return f"{render.cut_id(d.submission_id)}  {d.action}{mode}{reason}  [{d.state}, {len(d.appended)} event(s)]"

@@ -6,7 +6,15 @@ from typing import Any
 
 import click
 
-from journal import CorruptJournal, JournalError, NotAJournal, RecoveryPlan, RecoveryResult
+from journal import (
+    CorruptJournal,
+    JournalError,
+    JournalIOError,
+    NotAJournal,
+    RecoveryPlan,
+    RecoveryResult,
+    SchemaTooNew,
+)
 from journal.cli import render
 from journal.cli.app import main
 from journal.cli.options import db_option, open_journal
@@ -57,29 +65,49 @@ class _Progress:
 def _recovery_lines(done: RecoveryPlan | RecoveryResult) -> list[str]:
     """One session's plan (with the risk of each repair) or what was appended to it."""
     if done.live_owner:
-        return [f"{done.session_id}: turn held by live process {done.live_owner}; skipped (use --force)"]
+        held = f"turn held by live process {render.cut_id(done.live_owner)}"
+        return [f"{render.cut_id(done.session_id)}: {held}; skipped (use --force)"]
     if isinstance(done, RecoveryPlan):
         return render.plan(done.session_id, done.repairs)
-    return [f"{done.session_id}: appended {len(done.appended)} event(s)"]
+    return [f"{render.cut_id(done.session_id)}: appended {len(done.appended)} event(s)"]
 
 
-def _damaged(exc: JournalError) -> bool:
-    """Whether an error opening or reading the file means it is damaged (what check reports)."""
-    return isinstance(exc, CorruptJournal) or (isinstance(exc, NotAJournal) and exc.reason.startswith("unreadable"))
+# What reading a damaged file can raise besides the library's own errors: a text column whose
+# bytes are not UTF-8 (the driver's decode), data that is not JSON or nests past the parser
+# (json.loads), a value of the wrong kind where the schema's CHECK no longer holds.
+_UNDECODABLE = (UnicodeDecodeError, ValueError, RecursionError, TypeError, KeyError, IndexError, OverflowError)
+
+
+def _damaged(exc: BaseException) -> bool:
+    """Whether an error opening or reading the file says it is damaged (what check reports,
+    rather than fails on): a file whose header or pages were overwritten may read as another
+    file, a newer schema, an I/O error or bytes no decoder takes."""
+    if isinstance(exc, JournalError):  # the caller's own mistakes (a bad or unknown id) are raised
+        return isinstance(exc, (CorruptJournal, NotAJournal, SchemaTooNew, JournalIOError))
+    return isinstance(exc, _UNDECODABLE)
+
+
+def _problem(exc: BaseException) -> str:
+    """One line saying what reading the file ran into."""
+    if isinstance(exc, JournalError):
+        return str(exc)
+    detail = "nests too deep to decode" if isinstance(exc, RecursionError) else f"{type(exc).__name__}: {exc}"
+    return f"the file holds data that cannot be read back ({detail})"
 
 
 def _verify(db: str, session: str | None) -> tuple[list[str], list[Any]]:
-    """SQLite's integrity check and the derived-state check; damage is reported, not raised."""
+    """SQLite's integrity check and the derived-state check; damage is reported, not raised:
+    whatever bytes the damage left, ``check`` gives its report (``ok`` false, the problems)."""
     integrity: list[str] = []
     disagreements: list[Any] = []
     try:
         with open_journal(db, readonly=True) as j:
             integrity = j.integrity_check()
             disagreements = j.check(session)
-    except JournalError as exc:
+    except (JournalError, *_UNDECODABLE) as exc:
         if not _damaged(exc):
             raise
-        integrity = [line for line in integrity if line != "ok"] + [str(exc)]
+        integrity = [line for line in integrity if line != "ok"] + [_problem(exc)]
     return integrity, disagreements
 
 

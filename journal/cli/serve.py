@@ -9,6 +9,7 @@ import click
 from journal.cli.app import main
 from journal.cli.options import db_option, open_journal
 from journal.cli.render import echo
+from journal.store.target import redact
 
 
 @main.command()
@@ -22,7 +23,12 @@ from journal.cli.render import echo
 @click.option("--open", "open_browser", is_flag=True, help="Open the viewer in a web browser.")
 def serve(db: str, host: str, port: int, allow_hosts: tuple[str, ...], open_browser: bool) -> None:
     """Serve a read-only web viewer of the journal: sessions, transcripts, the scan, live following."""
-    from journal.serve.app import Viewer  # here: the other commands need not load the viewer
+    try:
+        from journal.serve.app import Viewer  # here: the other commands need not load the viewer
+    except ImportError as exc:
+        raise click.ClickException(
+            f"journal serve needs Starlette and uvicorn: python -m pip install 'agent-journal[serve]' ({exc})"
+        ) from None
 
     open_journal(db, readonly=True).close()  # a missing path: `no such journal`, nothing created
     viewer = Viewer(db, host=host, port=port, allow_hosts=allow_hosts, log=lambda line: click.echo(line, err=True))
@@ -33,7 +39,7 @@ def serve(db: str, host: str, port: int, allow_hosts: tuple[str, ...], open_brow
                 "session of this journal (the viewer has no login)",
                 err=True,
             )
-        echo(f"journal serve: {viewer.url} (read-only; {db}); Ctrl-C stops it")
+        echo(f"journal serve: {viewer.url} (read-only; {redact(db)}); Ctrl-C stops it")
         if open_browser:
             webbrowser.open(viewer.url)
         try:

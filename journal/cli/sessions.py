@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import os
 import re
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -13,17 +13,31 @@ from journal import Journal, Session
 from journal.cli.app import main
 from journal.cli.options import SEQ_MAX, db_option, open_journal
 from journal.cli.output import output, output_options
-from journal.cli.render import echo
+from journal.cli.render import cut_id, echo
+from journal.codec import MAX_DEPTH, parse_json, too_deep
+from journal.errors import InvalidEvent
 from journal.escape import dumps, escape
+from journal.store.target import is_dsn
 
 
 @main.command()
 @db_option
 @click.option("--durability", type=click.Choice(["full", "normal"]), default="full", show_default=True)
 def init(db: str, durability: str) -> None:
-    """Create a journal file (or check that an existing one is a journal)."""
+    """Create a journal file (or check that an existing one is a journal that can be written)."""
     with open_journal(db, create=True, durability=durability) as j:
+        if not is_dsn(db):
+            _check_writable(j.path)
         echo(f"journal ready: {j.path}")
+
+
+def _check_writable(path: str) -> None:
+    """Refuse to call a journal ready that this process cannot write: opening one only reads
+    it, so a read-only (or immutable) file, or its ``-wal`` or ``-shm``, would fail only at the
+    first write."""
+    for name in (path, path + "-wal", path + "-shm"):
+        if os.path.exists(name) and not os.access(name, os.W_OK):
+            raise click.ClickException(f"{path} is a journal, but it cannot be written: {name} is read-only")
 
 
 # Sessions read per query: a file of 100,000 sessions is listed without holding them all.
@@ -57,9 +71,11 @@ def _meta_filter(metas: tuple[str, ...]) -> dict[str, Any] | None:
         key, sep, text = item.partition("=")
         if not sep or not key:
             raise click.BadParameter(f"expected KEY=VALUE, not {item!r}", param_hint="--meta")
+        if too_deep(text):  # not a scalar, and no text worth matching either: say so
+            raise click.BadParameter(f"{key}: nests deeper than the limit of {MAX_DEPTH} levels", param_hint="--meta")
         try:
-            value = json.loads(text)
-        except ValueError:
+            value = parse_json(text, "--meta")
+        except InvalidEvent:
             value = text
         out[key] = value if isinstance(value, (str, int, float, bool)) else text
     return out
@@ -94,8 +110,8 @@ def _print_json_pages(key: str, pages: Iterable[list[dict[str, Any]]]) -> None:
 
 
 def _session_line(s: Session) -> str:
-    parent = f"  fork of {s.parent_id} at {s.seed_length - 1}" if s.parent_id else ""
-    return f"{s.id}  {s.count:>6} events{parent}"
+    parent = f"  fork of {cut_id(s.parent_id)} at {s.seed_length - 1}" if s.parent_id else ""
+    return f"{cut_id(s.id)}  {s.count:>6} events{parent}"
 
 
 def _boundary(at: str) -> int | str:
@@ -131,10 +147,12 @@ def purge(db: str, session: str, copy_forks: bool, yes: bool) -> None:
     with open_journal(db) as j:
         j.session(session)  # an unknown session fails before the question is asked
         if not yes:
-            click.confirm(escape(f"Erase session {session} and all its events for good?"), abort=True, err=True)
+            click.confirm(escape(f"Erase session {cut_id(session)} and all its events for good?"), abort=True, err=True)
         result = j.purge(session, copy_forks=copy_forks)
-    copied = f"; forks given their own copy: {', '.join(result.forks_copied)}" if result.forks_copied else ""
-    echo(f"purged {result.session_id}: {result.events_deleted} event(s){copied}")
+    more = len(result.forks_copied) - 5
+    forks = [cut_id(f) for f in result.forks_copied[:5]] + [f"{more} more"] * (more > 0)
+    copied = f"; forks given their own copy: {', '.join(forks)}" if forks else ""
+    echo(f"purged {cut_id(result.session_id)}: {result.events_deleted} event(s){copied}")
 
 
 @main.command()

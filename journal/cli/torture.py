@@ -24,8 +24,8 @@ from journal.store.target import is_dsn
               help="Where the trials' files go (default: the temporary directory).")  # fmt: skip
 # Not JOURNAL_DB: that names the journal of the other commands, and a campaign never runs on it.
 @click.option("--db", "database", metavar="DSN", default=None,
-              help="Run on this PostgreSQL database (a postgresql:// DSN), each trial in a new schema of its "
-                   "own: the client-kill kinds only.")  # fmt: skip
+              help="Run on this PostgreSQL database (a DSN: postgresql://... or host=... dbname=...), each trial "
+                   "in a new schema of its own: the client-kill kinds only.")  # fmt: skip
 @click.option("--postgres", is_flag=True,
               help="Run on a throwaway PostgreSQL server of its own (fsync on), server crashes included.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="One JSON document.")
@@ -46,7 +46,8 @@ def torture(
         raise click.UsageError("--db and --postgres are two ways to choose the server: give one")
     if database is not None and not is_dsn(database):
         raise click.BadParameter(
-            "takes a postgresql:// DSN (the SQLite campaign makes its own files)", param_hint="--db"
+            "takes a PostgreSQL DSN, postgresql://... or host=... dbname=... (the SQLite campaign makes its own files)",
+            param_hint="--db",
         )
     # Imported here: the campaign's machinery (fault VFS, harness, process pool) is not worth
     # loading for every other command.

@@ -32,7 +32,7 @@ def export(db: str, sessions_: tuple[str, ...], output: str) -> None:
 @db_option
 @click.argument("source", type=click.File("rb"))
 def import_(db: str, source: IO[bytes]) -> None:
-    """Read sessions written by ``journal export`` (each session in one transaction)."""
+    """Read sessions written by ``journal export``: one transaction, all of them or none."""
     with open_journal(db, create=True) as j:
-        imported = transfer.import_lines(j, source)
+        imported = transfer.import_file(j, source)
     echo(f"imported {imported} session(s)")

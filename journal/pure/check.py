@@ -7,6 +7,7 @@ from the log alone in plain Python (a pure fold, then a comparison with what is 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -27,10 +28,21 @@ class Disagreement:
     derived: Any
 
     def __str__(self) -> str:
+        """One line (a terminal still escapes it): the key and the values cut, runs of white
+        space shown as one, so a stored call id cannot stretch the line or pad a fake one."""
         return (
-            f"{self.session_id}: {self.table}[{self.key}].{self.field} is {self.stored!r}, "
-            f"the log says {self.derived!r}"
+            f"{_shown(self.session_id)}: {self.table}[{_shown(self.key)}].{self.field} is {_shown(repr(self.stored))}, "
+            f"the log says {_shown(repr(self.derived))}"
         )
+
+
+_WHITE = re.compile(r"\s{2,}")
+_WIDTH = 64
+
+
+def _shown(text: str) -> str:
+    text = _WHITE.sub(" ", text)
+    return text if len(text) <= _WIDTH else text[: _WIDTH - 1] + "…"
 
 
 def derive_turns(events: Iterable[Event]) -> dict[int, dict[str, Any]]:

@@ -29,6 +29,7 @@ __all__ = [
     "MissingResult",
     "ProviderView",
     "compactions",
+    "exchange_start",
     "fold",
     "is_compaction",
     "messages_of",
@@ -203,6 +204,34 @@ def provider_tail(last: Sequence[Message], n: int, *, whole: bool) -> ProviderVi
     if len(view.messages) < n and not whole:
         return None
     return view.tail(n)
+
+
+def exchange_start(last: Sequence[Message], *, whole: bool) -> int | None:
+    """Where what ``retract`` takes back starts among the transcript's last messages ``last``
+    (``whole``: they are all of it), or ``None`` when they are too few to tell.
+
+    The last message goes; a tool result among those going takes with it the assistant message
+    its result belongs to in the provider view (the nearest kept assistant message before it
+    that made the call) and everything after that one. Nothing left behind then owes a call
+    whose result went."""
+    if not last:
+        return 0
+    owner: dict[Any, int] = {}  # call id -> the index of the kept assistant message that made it
+    owners: list[int | None] = []
+    for index, message in enumerate(last):
+        if message.role == "assistant" and message.stop_reason not in _LEFT_OUT_STOP_REASONS:
+            owner.update((call["id"], index) for call in message.tool_calls)
+        owners.append(owner.get(message.tool_call_id) if message.role == "tool" else None)
+    start = index = len(last) - 1
+    while index >= start:
+        if last[index].role == "tool":
+            found = owners[index]
+            if found is None and not whole:
+                return None  # its assistant message may stand before these
+            if found is not None and found < start:
+                start = found
+        index -= 1
+    return start
 
 
 def _last(messages: list[Message], n: int) -> list[Message]:

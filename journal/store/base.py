@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from journal.codec import lone_surrogate as _lone_surrogate
 from journal.errors import InvalidArgument, SchemaViolation
 from journal.model import Durability, WriteOutcome
 
@@ -20,10 +21,10 @@ class UniqueViolation(SchemaViolation):
 
 def lone_surrogate(exc: UnicodeEncodeError) -> InvalidArgument:
     """A string the driver cannot encode (a lone surrogate), refused as the caller's bad
-    argument: nothing of the statement was sent."""
-    text = exc.object if isinstance(exc.object, str) else ""
-    shown = repr(text) if len(text) <= 80 else repr(text[:77]) + "..."
-    return InvalidArgument("argument", f"{shown} holds a lone surrogate (not valid Unicode text)")
+    argument: nothing of the statement was sent. The parts check each key and id first
+    (``journal.codec.check_text``, the same refusal naming the argument); this is the net
+    under them, for both stores and every path (a transaction, a lone statement, a batch)."""
+    return _lone_surrogate("argument", exc.object if isinstance(exc.object, str) else "")
 
 
 def outcome_after_failed_commit(store: Store, present: Callable[[Database], bool] | None) -> WriteOutcome:
@@ -45,6 +46,12 @@ class Database(Protocol):
 
     next_seqs: dict[str, int]  # the seq each session appended to gets next, once committed
     dialect: str  # "sqlite" or "postgresql"
+    previews_sql: str  # the viewer's cut read of a page of events (journal.preview), in this dialect
+    previews_at_sql: str  # the same cut read, of the events at a JSON array of seqs (journal.transcript)
+    change_token_sql: str  # a value that differs after a commit by another connection (journal.preview)
+    # Recovery's set-based read of a batch's open work (journal.recovery_batch); None: this backend
+    # recovers session by session through the planner.
+    open_work_sql: str | None
 
     def execute(self, sql: str, bindings: Any = None) -> Iterable[tuple[Any, ...]]: ...
     def executemany(self, sql: str, rows: Any) -> Any: ...

@@ -11,14 +11,23 @@ arrived during the last one, and no thread waits for others to arrive.
 
 Every append still returns only after the commit that holds it has returned (G1), and each is
 atomic (G2). A thread appending alone never comes here (``run_one`` commits its INSERT directly).
+
+An error never stands for a committed append: a batch is one transaction, so when its COMMIT
+fails every append in it raises a ``JournalIOError`` of its own whose outcome is re-read from
+all their ``present`` checks (any one found: the batch is there, ``present``; else
+``unknown``, DESIGN §4), and an error that is not the library's is given as one with that
+outcome, not raw.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from journal.errors import JournalError, JournalIOError
+from journal.model import WriteOutcome
 from journal.store.base import Database, Store
 
 
@@ -28,11 +37,17 @@ class Pending:
     ``wake`` is held from the start; the leader that finishes the append, or hands it the lead,
     releases it: the cheapest way to wake exactly one thread."""
 
-    __slots__ = ("done", "error", "lead", "result", "session", "wake", "work")
+    __slots__ = ("done", "error", "lead", "present", "result", "session", "wake", "work")
 
-    def __init__(self, work: Callable[[Database], Any], session: str | None = None) -> None:
+    def __init__(
+        self,
+        work: Callable[[Database], Any],
+        session: str | None = None,
+        present: Callable[[Database], bool] | None = None,
+    ) -> None:
         self.work = work
         self.session = session  # the one session it writes, if the caller said
+        self.present = present  # re-reads whether its append is in the file (after a failed COMMIT)
         self.result: Any = None
         self.error: BaseException | None = None
         self.done = False  # committed (or failed) by a leader
@@ -65,7 +80,7 @@ class GroupCommit:
     ) -> Any:
         """Run ``work(db)`` inside a committed transaction and return what it returned.
         ``session``: the one session ``work`` writes (see ``_commit``)."""
-        item = Pending(work, session)
+        item = Pending(work, session, present)
         with self._mutex:
             follow = self._leading
             if follow:
@@ -79,7 +94,7 @@ class GroupCommit:
                 self._abandon(item)
                 raise
         if not item.done:
-            self._lead(item, present)
+            self._lead(item)
         if item.error is not None:
             raise item.error
         return item.result
@@ -104,11 +119,11 @@ class GroupCommit:
         scope = None if session is None else (session,)
         return self._store.write_one(self._operation, sql, bindings, present=present, sessions=scope)
 
-    def _lead(self, own: Pending, present: Callable[[Database], bool] | None) -> None:
+    def _lead(self, own: Pending) -> None:
         """Commit ``own`` with everything queued, then hand the lead on (``_leading`` is ours)."""
         batch = [own]
         try:
-            self._commit(batch, present)
+            self._commit(batch)
         finally:
             with self._mutex:
                 for item in batch:
@@ -141,12 +156,13 @@ class GroupCommit:
         if successor is not None:
             successor.wake.release()
 
-    def _commit(self, batch: list[Pending], present: Callable[[Database], bool] | None) -> None:
+    def _commit(self, batch: list[Pending]) -> None:
         """Commit ``batch`` (the leader's own append) with everything queued by the time the
         write transaction has begun: what arrived while it waited for the connection rides too."""
 
-        def present_alone(db: Database) -> bool:  # only a lone append can tell by re-reading
-            return len(batch) == 1 and present is not None and present(db)
+        def present_any(db: Database) -> bool:
+            # One transaction: any of its appends found in the file means all of them are.
+            return any(item.present(db) for item in batch if item.error is None and item.present is not None)
 
         # Where writers of different sessions run at once (PostgreSQL), a transaction holds
         # the locks of the sessions it writes, taken when it begins: it takes the leader's
@@ -154,8 +170,9 @@ class GroupCommit:
         # for the next leader). On SQLite every transaction holds the file, and takes them all.
         own = batch[0].session
         scoped = own is not None and self._store.dialect != "sqlite"
+        committing = False  # past the appends: an error now is the COMMIT's
         try:
-            with self._store.write(self._operation, present=present_alone, sessions=(own,) if scoped else None) as db:
+            with self._store.write(self._operation, present=present_any, sessions=(own,) if scoped else None) as db:
                 with self._mutex:
                     if scoped:
                         riders = [item for item in self._queue if item.session == own]
@@ -165,6 +182,7 @@ class GroupCommit:
                     batch += riders
                 if len(batch) == 1:
                     batch[0].result = batch[0].work(db)
+                    committing = True
                     return
                 for item in batch:
                     try:
@@ -175,7 +193,27 @@ class GroupCommit:
                         # Its one statement was undone by SQLite already, or never ran (a value
                         # refused when bound): the others commit without it.
                         item.error = exc
+                committing = True
         except BaseException as exc:  # noqa: BLE001 - the whole transaction failed: every append in it did
-            for item in batch:
-                if item.error is None:
-                    item.result, item.error = None, exc
+            failed = [item for item in batch if item.error is None]
+            for item in failed:
+                error = _own_error(exc, self._operation, committing=committing, alone=len(failed) == 1)
+                item.result, item.error = None, error
+
+
+def _own_error(exc: BaseException, operation: str, *, committing: bool, alone: bool) -> BaseException:
+    """The error one append of a failed batch raises in its own thread.
+
+    The store's error already says what the re-read found (``present_any``); each append of a
+    batch gets its own copy, since every thread raises (and chains) it separately. An error that
+    is not the library's, from the COMMIT, cannot say whether the batch is in the file: it
+    becomes a ``JournalIOError`` with outcome ``unknown``. One raised by an append's own work
+    rolled the batch back (the store undoes a body that raises): nothing of it was written."""
+    if committing and not isinstance(exc, JournalError):
+        own: BaseException = JournalIOError(operation, WriteOutcome.UNKNOWN, f"{type(exc).__name__}: {exc}")
+    elif alone or not isinstance(exc, JournalError):
+        return exc
+    else:
+        own = copy.copy(exc)
+    own.__cause__ = exc
+    return own

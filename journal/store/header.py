@@ -56,6 +56,32 @@ class PageOne:
     has_schema: bool  # the schema table holds at least one entry
 
 
+# How many leading bytes ``sqlite_file_kind`` needs: a -shm's header is two copies of 48 bytes.
+KIND_PREFIX = 96
+_SHM_COPY = 48
+
+
+def sqlite_file_kind(prefix: bytes) -> str | None:
+    """Which of SQLite's files these leading bytes (``KIND_PREFIX`` of them, or the whole file
+    if shorter) begin, if any: ``"database"``, ``"wal"``, ``"journal"`` (a hot rollback
+    journal) or ``"shm"`` (a WAL index); ``None`` for anything else.
+
+    A file that is one of these must never be written over: it is a database, or a side file
+    SQLite would read as part of one."""
+    if prefix.startswith(SQLITE_HEADER):
+        return "database"
+    if len(prefix) >= 4 and struct.unpack_from(">I", prefix)[0] in _WAL_MAGICS:
+        return "wal"
+    if prefix.startswith(_JOURNAL_MAGIC):
+        return "journal"
+    # A WAL index starts with two copies of its header, whose first field is the version, in
+    # the machine's byte order.
+    copies = len(prefix) >= 2 * _SHM_COPY and prefix[:_SHM_COPY] == prefix[_SHM_COPY : 2 * _SHM_COPY]
+    if copies and _WAL_VERSION in (struct.unpack_from("<I", prefix)[0], struct.unpack_from(">I", prefix)[0]):
+        return "shm"
+    return None
+
+
 def read_page_one(data: bytes) -> PageOne | None:
     """Page 1's owner, version and whether it has a schema, from its first 108 bytes.
 

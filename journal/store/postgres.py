@@ -29,14 +29,12 @@ import functools
 import hashlib
 import re
 import threading
-import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal
 from importlib import resources
 from typing import Any
 
 import psycopg
-from psycopg import errors as pgerrors
 from psycopg.adapt import Loader
 
 from journal import crash
@@ -53,6 +51,7 @@ from journal.errors import (
 )
 from journal.model import Durability, WriteOutcome
 from journal.store.base import UniqueViolation, lone_surrogate, outcome_after_failed_commit
+from journal.store.target import redact, secrets
 
 APPLICATION = "journal"
 SCHEMA_VERSION = 6  # the same version as the SQLite file's: the same tables and guarantees
@@ -64,22 +63,14 @@ def lock_key(schema: str, session_id: str | None = None) -> int:
     """The advisory lock (a signed 64-bit key) of a journal, one per schema (a database may
     hold several journals), or of one of its sessions. Every host derives the same keys."""
     name = f"journal:{schema}" if session_id is None else f"journal:{schema}:session:{session_id}"
-    return int.from_bytes(hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big", signed=True)
+    return int.from_bytes(
+        hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big", signed=True
+    )
 
 
 def schema_sql() -> str:
     """The text of ``schema_pg.sql`` as shipped inside the package."""
     return resources.files("journal").joinpath("schema_pg.sql").read_text(encoding="utf-8")
-
-
-def redacted(dsn: str) -> str:
-    """The DSN without its password: what ``Journal.path`` and errors show."""
-    parts = urllib.parse.urlsplit(dsn)
-    if parts.password is None:
-        return dsn
-    netloc = parts.netloc.rsplit("@", 1)
-    user = netloc[0].split(":", 1)[0]
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
 
 
 # -- the dialect -------------------------------------------------------------------------------
@@ -89,6 +80,15 @@ _REWRITES = [
     (re.compile(r"\s+INDEXED BY \w+"), ""),  # PostgreSQL's planner picks its own index
     (re.compile(r"json_each\(\?\)"), "json_array_elements_text(?::json)"),  # a JSON array's items
     (re.compile(r"\binstr\("), "strpos("),
+    # A session by a meta value: through the digests schema_pg.sql indexes (a key or value may
+    # be longer than a btree entry), rechecked on the text itself. Each binding is used once.
+    (
+        re.compile(r"SELECT session_id FROM session_meta WHERE key = \? AND type = \? AND value = \?"),
+        (
+            "SELECT m.session_id FROM (SELECT ?::text AS k, ?::text AS t, ?::text AS v) AS p JOIN session_meta AS m "
+            "ON md5(m.key) = md5(p.k) AND m.type = p.t AND md5(m.value) = md5(p.v) AND m.key = p.k AND m.value = p.v"
+        ),
+    ),
     # data ->> '$.key' on JSON kept as text
     (re.compile(r"(\b[\w.]+) ->> '\$\.(\w+)'"), r"(\1::json ->> '\2')"),
     (
@@ -159,13 +159,19 @@ def _statement_refused(state: str) -> bool:
 
 
 def _translate(
-    exc: BaseException, operation: str, *, outcome: WriteOutcome, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+    exc: BaseException,
+    operation: str,
+    *,
+    outcome: WriteOutcome,
+    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    secret_values: tuple[str, ...] = (),
 ) -> JournalError:
-    """A driver error as the library's error; ``outcome`` is what is known of the write."""
+    """A driver error as the library's error; ``outcome`` is what is known of the write. The
+    driver's text is redacted (``secret_values``: the DSN's, wherever the driver quotes them)."""
     if isinstance(exc, JournalError):
         return exc
     state = getattr(exc, "sqlstate", None) or ""
-    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    detail = _detail(exc, secret_values)
     if state == "23505":
         return UniqueViolation(operation, detail)
     if _refused_by_schema(state):
@@ -177,6 +183,12 @@ def _translate(
     if state == "53100":
         return DiskFull(operation, outcome, detail)
     return JournalIOError(operation, outcome, f"{type(exc).__name__}: {detail}")
+
+
+def _detail(exc: BaseException, secret_values: tuple[str, ...] = ()) -> str:
+    """The first line of a driver error's text, with any DSN secret in it masked."""
+    text = str(exc).strip()
+    return redact(text.splitlines()[0], secret_values) if text else type(exc).__name__
 
 
 def _bad_value(exc: BaseException) -> InvalidArgument:
@@ -208,11 +220,95 @@ def _unsent(exc: BaseException) -> bool:
     return isinstance(exc, _UNSENDABLE) and getattr(exc, "sqlstate", None) is None
 
 
+# The viewer's read of a page of events (journal.preview), PostgreSQL's text of the SQLite
+# store's PREVIEWS_SQL: each event's seq, type, time and size in bytes, and its first ?5 fields
+# (one more, to tell there are more) as [key, value, cut], every string and every object's or
+# array's JSON text cut to ?4 characters in the server; of ``tool_calls``, the first ?5 calls'
+# id, name and arguments (cut).
+_PREVIEW_COLUMNS = """\
+SELECT e.seq, e.type, e.time_ms, octet_length(e.data),
+  (SELECT coalesce(json_agg(json_build_array(left(f.key, ?4::int), CASE
+     WHEN f.key = 'tool_calls' AND f.kind = 'array' THEN
+       (SELECT coalesce(json_agg(CASE WHEN json_typeof(c.value) = 'object' THEN json_build_object(
+           'id', left(c.value ->> 'id', ?4::int), 'name', left(c.value ->> 'name', ?4::int),
+           'arguments', CASE WHEN length((c.value -> 'arguments')::text) <= ?4::int THEN c.value -> 'arguments'
+                             ELSE to_json(left((c.value -> 'arguments')::text, ?4::int)) END,
+           'cut', coalesce(length((c.value -> 'arguments')::text) > ?4::int, false)) END ORDER BY c.n), '[]'::json)
+        FROM (SELECT value, n FROM json_array_elements(f.value) WITH ORDINALITY AS a (value, n)
+              ORDER BY n LIMIT ?5) AS c)
+     WHEN f.kind = 'string' THEN to_json(left(f.value #>> '{}', ?4::int))
+     WHEN f.kind IN ('object', 'array') AND length(f.value::text) > ?4::int THEN to_json(left(f.value::text, ?4::int))
+     ELSE f.value END,
+     CASE WHEN f.kind = 'string' THEN length(f.value #>> '{}') > ?4::int
+          WHEN f.kind IN ('object', 'array') THEN length(f.value::text) > ?4::int ELSE false END) ORDER BY f.n), '[]'::json)::text
+   FROM (SELECT key, value, json_typeof(value) AS kind, n FROM json_each(e.data::json) WITH ORDINALITY AS d (key, value, n)
+         ORDER BY n LIMIT ?5 + 1) AS f)
+"""
+PREVIEWS_SQL = _PREVIEW_COLUMNS + "FROM events AS e WHERE e.session_id = ?1 AND e.seq >= ?2 AND e.seq < ?3 ORDER BY e.seq"
+# The same cut read of the events at the seqs ?6 (a JSON array) of ?2 <= seq < ?3 (the SQLite
+# store's PREVIEWS_AT_SQL): driven from the list, one index seek a seq.
+PREVIEWS_AT_SQL = _PREVIEW_COLUMNS + (
+    "FROM json_array_elements_text(?6::json) AS w (value) JOIN events AS e "
+    "ON e.session_id = ?1 AND e.seq = w.value::bigint WHERE e.seq >= ?2 AND e.seq < ?3 ORDER BY e.seq"
+)
+
+# Every kind of object a schema can hold, as the catalog names them. A schema without a stamp
+# that holds any of them is another application's (the journal creates its objects and its
+# stamp in one transaction). Types count alone: a table's row type and any type's array type
+# come with the table or the type.
+_OBJECT_KINDS = (
+    "tables", "views", "materialized views", "sequences", "foreign tables", "indexes", "composite types",
+    "functions", "types", "operators", "operator classes and families", "collations", "conversions",
+    "text search objects", "extended statistics", "extensions",
+)  # fmt: skip
+_CATALOG = """
+SELECT
+  (SELECT count(*) FROM pg_class WHERE relnamespace = n.oid AND relname = 'journal_meta' AND relkind = 'r'),
+  (SELECT count(*) FROM pg_class WHERE relnamespace = n.oid AND relkind IN ('r', 'p')),
+  (SELECT count(*) FROM pg_class WHERE relnamespace = n.oid AND relkind = 'v'),
+  (SELECT count(*) FROM pg_class WHERE relnamespace = n.oid AND relkind = 'm'),
+  (SELECT count(*) FROM pg_class WHERE relnamespace = n.oid AND relkind = 'S'),
+  (SELECT count(*) FROM pg_class WHERE relnamespace = n.oid AND relkind = 'f'),
+  (SELECT count(*) FROM pg_class WHERE relnamespace = n.oid AND relkind IN ('i', 'I')),
+  (SELECT count(*) FROM pg_class WHERE relnamespace = n.oid AND relkind = 'c'),
+  (SELECT count(*) FROM pg_proc WHERE pronamespace = n.oid),
+  (SELECT count(*) FROM pg_type t WHERE typnamespace = n.oid AND typrelid = 0
+      AND NOT EXISTS (SELECT 1 FROM pg_type e WHERE e.typarray = t.oid)),
+  (SELECT count(*) FROM pg_operator WHERE oprnamespace = n.oid),
+  (SELECT count(*) FROM pg_opclass WHERE opcnamespace = n.oid)
+      + (SELECT count(*) FROM pg_opfamily WHERE opfnamespace = n.oid),
+  (SELECT count(*) FROM pg_collation WHERE collnamespace = n.oid),
+  (SELECT count(*) FROM pg_conversion WHERE connamespace = n.oid),
+  (SELECT count(*) FROM pg_ts_config WHERE cfgnamespace = n.oid)
+      + (SELECT count(*) FROM pg_ts_dict WHERE dictnamespace = n.oid)
+      + (SELECT count(*) FROM pg_ts_parser WHERE prsnamespace = n.oid)
+      + (SELECT count(*) FROM pg_ts_template WHERE tmplnamespace = n.oid),
+  (SELECT count(*) FROM pg_statistic_ext WHERE stxnamespace = n.oid),
+  (SELECT count(*) FROM pg_extension WHERE extnamespace = n.oid)
+FROM pg_namespace n WHERE n.nspname = current_schema()
+"""
+# A schema_pg.sql of version 6 made before session_meta's digests: a btree entry of each whole
+# meta key and value (a long one could not be stored). _UPGRADE makes it today's.
+_UPGRADED = "SELECT to_regclass(format('%I.session_meta_match', current_schema())) IS NOT NULL"
+_UPGRADE = """
+ALTER TABLE session_meta DROP CONSTRAINT IF EXISTS session_meta_pkey;
+CREATE INDEX IF NOT EXISTS session_meta_match ON session_meta (md5(key), type, md5(value));
+CREATE INDEX IF NOT EXISTS session_meta_session ON session_meta (session_id);
+"""
+# journal_meta as schema_pg.sql makes it: a table of that name and another shape is not a stamp.
+_META_COLUMNS = [("one", "integer"), ("application", "text"), ("schema_version", "integer")]
+
+
 class PgDatabase:
     """The handle a transaction's body gets (``journal.store.base.Database``)."""
 
     __slots__ = ("_conn", "_cursor", "_guarded", "_lock", "next_seqs")
     dialect = "postgresql"
+    previews_sql = PREVIEWS_SQL  # the viewer's cut read of events (journal.preview)
+    previews_at_sql = PREVIEWS_AT_SQL  # the same, of the events at given seqs (journal.transcript)
+    # Differs after a transaction committed (the snapshot's horizon moves): reads no table.
+    change_token_sql = "SELECT pg_current_snapshot()::text"
+    open_work_sql = None  # recovery plans each session with the planner here (journal.recovery_batch)
 
     def __init__(self, conn: psycopg.Connection, *, guarded: bool, lock: str | None = None) -> None:
         self._conn = conn
@@ -378,7 +474,8 @@ class PostgresStore:
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
     ) -> None:
         self._dsn = dsn
-        self.path = redacted(dsn)
+        self.path = redact(dsn)  # what Journal.path, repr() and every error show
+        self._secrets = secrets(dsn)
         self.durability = durability
         self.readonly = readonly
         self.busy_timeout_ms = busy_timeout_ms
@@ -402,7 +499,11 @@ class PostgresStore:
         try:
             conn = psycopg.connect(self._dsn, autocommit=True, application_name="journal")
         except psycopg.Error as exc:
-            raise JournalIOError(operation, WriteOutcome.ABSENT, f"cannot connect to {self.path}: {exc}") from exc
+            raise JournalIOError(
+                operation,
+                WriteOutcome.ABSENT,
+                f"cannot connect to {self.path}: {redact(str(exc).strip(), self._secrets)}",
+            ) from exc
         try:
             conn.adapters.register_loader("numeric", _Numeric)
             sync = "on" if self.durability is Durability.FULL else "off"
@@ -418,22 +519,35 @@ class PostgresStore:
 
     def _stamp(self, conn: psycopg.Connection) -> tuple[str, int] | None:
         """``(application, version)`` from ``journal_meta``, ``None`` if the schema is empty;
-        ``NotAJournal`` if it holds another application's tables."""
+        ``NotAJournal`` if it holds any object of another application (G13: every kind counts,
+        not tables alone) or a ``journal_meta`` of another shape."""
         # One statement, one snapshot of the catalog: the stamp's table and the others are seen
         # as of the same moment (a journal being created shows both or neither).
-        stamped, tables = conn.execute(
-            "SELECT count(*) FILTER (WHERE c.relname = 'journal_meta' AND c.relkind = 'r'), count(*) "
-            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'v', 'm', 'p', 'f')"
-        ).fetchone()
-        if stamped:
-            row = conn.execute("SELECT application, schema_version FROM journal_meta").fetchone()
-            if row is None:
-                raise NotAJournal(self.path, "its journal_meta table is empty")
-            return row[0], row[1]
-        if tables:
-            raise NotAJournal(self.path, "a PostgreSQL schema of another application (it has tables and no journal_meta)")
+        row = conn.execute(_CATALOG).fetchone()
+        counts = dict(zip(_OBJECT_KINDS, row[1:], strict=True)) if row is not None else {}
+        if row is not None and row[0]:
+            return self._read_stamp(conn)
+        held = [f"{kind} ({n})" for kind, n in counts.items() if n]
+        if held:
+            raise NotAJournal(
+                self.path, f"a PostgreSQL schema of another application (no journal_meta; it holds {', '.join(held)})"
+            )
         return None
+
+    def _read_stamp(self, conn: psycopg.Connection) -> tuple[str, int]:
+        """The stamp of a schema that has a ``journal_meta`` table, once its shape is the journal's."""
+        columns = conn.execute(
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+            "WHERE a.attrelid = format('%I.journal_meta', current_schema())::regclass "
+            "AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum"
+        ).fetchall()
+        if [tuple(c) for c in columns] != _META_COLUMNS:
+            shape = ", ".join(f"{name} {kind}" for name, kind in columns)
+            raise NotAJournal(self.path, f"its journal_meta table is another application's ({shape})")
+        rows = conn.execute("SELECT application, schema_version FROM journal_meta LIMIT 2").fetchall()
+        if len(rows) != 1:
+            raise NotAJournal(self.path, f"its journal_meta table holds {'no row' if not rows else 'several rows'}")
+        return rows[0][0], rows[0][1]
 
     def _check_stamp(self, stamp: tuple[str, int]) -> None:
         application, version = stamp
@@ -453,6 +567,8 @@ class PostgresStore:
             raise self._translate(exc, "open", outcome=WriteOutcome.ABSENT) from exc
         if stamp is not None:
             self._check_stamp(stamp)
+            if not self.readonly:
+                self._upgrade(conn)
             return
         if self.readonly:
             raise NotAJournal(self.path, "no journal in this database (a read-only open never creates one)")
@@ -466,6 +582,19 @@ class PostgresStore:
             conn.execute(
                 "INSERT INTO journal_meta (application, schema_version) VALUES (%s, %s)", (APPLICATION, SCHEMA_VERSION)
             )
+
+    def _upgrade(self, conn: psycopg.Connection) -> None:
+        """Bring a version-6 schema made before session_meta's index held digests up to date (the
+        same version: its tables and rows are unchanged). A read-only open reads the old one as
+        it is (the lookup is the same, without the index)."""
+        try:
+            current = conn.execute(_UPGRADED).fetchone()[0]
+        except psycopg.Error as exc:
+            raise self._translate(exc, "open", outcome=WriteOutcome.ABSENT) from exc
+        if current:
+            return
+        with self.write("upgrade_schema"):  # idempotent: another process may be doing it too
+            conn.execute(_UPGRADE)
 
     # -- transactions --------------------------------------------------------------------------
 
@@ -678,7 +807,9 @@ class PostgresStore:
                 raise self._translate(exc, "read", outcome=WriteOutcome.ABSENT) from exc
 
     def _translate(self, exc: BaseException, operation: str, *, outcome: WriteOutcome) -> JournalError:
-        return _translate(exc, operation, outcome=outcome, busy_timeout_ms=self.busy_timeout_ms)
+        return _translate(
+            exc, operation, outcome=outcome, busy_timeout_ms=self.busy_timeout_ms, secret_values=self._secrets
+        )
 
     # -- upkeep --------------------------------------------------------------------------------
 

@@ -220,6 +220,78 @@ def _close_quietly(conn: apsw.Connection) -> None:
         pass
 
 
+# The viewer's read of a page of events (journal.preview): each event's seq, type, time and size
+# in bytes, and its first ?5 fields (one more, to tell there are more) as [key, value, cut]:
+# every string, and every object's or array's JSON text, cut to ?4 characters inside SQLite
+# (``cut``: 1 when it was), so a page never decodes a whole large event. Of ``tool_calls``, the
+# first ?5 calls: each one's id, name and arguments (cut; ``cut`` 1 when its arguments were).
+_PREVIEW_COLUMNS = """\
+SELECT e.seq, e.type, e.time_ms, octet_length(e.data),
+  (SELECT json_group_array(json_array(substr(f.key, 1, ?4), CASE
+     WHEN f.calls IS NOT NULL THEN
+       json((SELECT json_group_array(CASE WHEN c.type = 'object' THEN json_object(
+           'id', substr(c.id, 1, ?4), 'name', substr(c.name, 1, ?4),
+           'arguments', CASE WHEN length(c.a) <= ?4 THEN json(c.a) ELSE substr(c.a, 1, ?4) END,
+           'cut', length(c.a) > ?4) END)
+        FROM (SELECT type, value ->> '$.id' AS id, value ->> '$.name' AS name,
+                     substr(value -> '$.arguments', 1, ?4 + 1) AS a
+              FROM json_each(f.calls) LIMIT ?5) AS c))
+     WHEN f.type = 'true' THEN json('true')
+     WHEN f.type = 'false' THEN json('false')
+     WHEN f.type = 'text' OR (f.type IN ('object', 'array') AND length(f.head) > ?4) THEN substr(f.head, 1, ?4)
+     WHEN f.type IN ('object', 'array') THEN json(f.head)
+     ELSE f.head END,
+     f.type IN ('text', 'object', 'array') AND length(f.head) > ?4))
+   FROM (SELECT key, type,
+                CASE WHEN type IN ('text', 'object', 'array') THEN substr(value, 1, ?4 + 1) ELSE value END AS head,
+                CASE WHEN key = 'tool_calls' AND type = 'array' THEN value END AS calls
+         FROM json_each(e.data) LIMIT ?5 + 1) AS f)
+"""
+PREVIEWS_SQL = _PREVIEW_COLUMNS + "FROM events AS e WHERE e.session_id = ?1 AND e.seq >= ?2 AND e.seq < ?3 ORDER BY e.seq"
+# The same cut read of the events at the seqs ?6 (a JSON array) of ?2 <= seq < ?3: the messages a
+# viewer's page shows (journal.transcript's cut tail). Driven from the list: one seek a seq.
+PREVIEWS_AT_SQL = _PREVIEW_COLUMNS + (
+    "FROM json_each(?6) AS w CROSS JOIN events AS e "
+    "WHERE e.session_id = ?1 AND e.seq = w.value AND e.seq >= ?2 AND e.seq < ?3 ORDER BY e.seq"
+)
+
+
+# Recovery's set-based path (journal.recovery_batch), SQLite's statement: the open work of a batch
+# of sessions (?1: a JSON array of ids), one row per open turn and call it owes (the call columns
+# NULL for a turn owing none), read from the derived tables and the open turn's own events only.
+# ``simple`` says the turn is the common case that path plans alone: a session that is no fork,
+# with this one open turn and no turn after its start (no nesting), every owed call first seen in
+# an assistant message of the turn (not first by its dispatch). ``dispatching``: the turn recorded
+# a dispatch. A call's ``position`` in its request orders calls requested together; ``name`` is
+# the request's name when it is text (NULL: the planner decides).
+OPEN_WORK_SQL = """\
+WITH batch (sid) AS (SELECT DISTINCT value FROM json_each(?1)),
+open_turn AS MATERIALIZED (
+  SELECT s.id AS sid, t.start_seq, t.turn, t.steps, t.step_open,
+    s.seed_length = 0
+    AND (SELECT count(*) FROM turn_journal INDEXED BY turn_journal_open WHERE session_id = s.id AND end_seq IS NULL) = 1
+    AND NOT EXISTS (SELECT 1 FROM turn_journal WHERE session_id = s.id AND start_seq > t.start_seq)
+    AND NOT EXISTS (SELECT 1 FROM tool_calls INDEXED BY tool_calls_owed
+                     WHERE session_id = s.id AND result_seq IS NULL AND dispatch_seq IS NOT NULL
+                       AND (requested_seq IS NULL OR dispatch_seq < requested_seq)
+                       AND max(dispatch_seq, coalesce(requested_seq, -1)) >= t.start_seq) AS simple,
+    (SELECT max(seq) FROM events WHERE session_id = s.id) + 1 AS next_seq,
+    EXISTS (SELECT 1 FROM events WHERE session_id = s.id AND seq > t.start_seq AND type = 'tool_call'
+             AND json_type(data, '$.id') = 'text' AND data ->> '$.id' <> '') AS dispatching
+  FROM batch JOIN sessions AS s ON s.id = batch.sid AND s.purged_ms IS NULL
+  JOIN turn_journal AS t INDEXED BY turn_journal_open ON t.session_id = s.id AND t.end_seq IS NULL
+)
+SELECT o.sid, o.start_seq, o.turn, o.steps, o.step_open, o.simple, o.next_seq, o.dispatching,
+       c.call_id, c.requested_seq, c.dispatch_seq, j.key AS position,
+       CASE WHEN json_type(j.value, '$.name') = 'text' THEN j.value ->> '$.name' END AS name
+FROM open_turn AS o
+LEFT JOIN tool_calls AS c INDEXED BY tool_calls_owed
+  ON o.simple AND c.session_id = o.sid AND c.result_seq IS NULL AND c.requested_seq >= o.start_seq AND c.call_id <> ''
+LEFT JOIN events AS e ON e.session_id = c.session_id AND e.seq = c.requested_seq
+LEFT JOIN json_each(e.data, '$.tool_calls') AS j ON j.type = 'object' AND j.value ->> '$.id' = c.call_id
+ORDER BY o.sid, o.start_seq, c.requested_seq, j.key"""
+
+
 class SqliteDatabase:
     """A cursor-like handle given to the body of a read or a write.
 
@@ -229,6 +301,11 @@ class SqliteDatabase:
 
     __slots__ = ("_conn", "next_seqs")
     dialect = "sqlite"
+    previews_sql = PREVIEWS_SQL  # the viewer's cut read of events (journal.preview)
+    previews_at_sql = PREVIEWS_AT_SQL  # the same, of the events at given seqs (journal.transcript)
+    # Differs after another connection committed (compared on one connection): reads no table.
+    change_token_sql = "PRAGMA data_version"
+    open_work_sql = OPEN_WORK_SQL  # recovery's set-based path reads a batch's open work (journal.recovery_batch)
 
     def __init__(self, conn: apsw.Connection) -> None:
         self._conn = conn
@@ -326,6 +403,8 @@ class _Batch:
         """One statement inside the batch: a refused one is undone by SQLite on its own."""
         try:
             self._conn.execute(sql, bindings)
+        except _UNBINDABLE as exc:  # refused while binding, before the statement ran
+            raise _unbindable(exc) from exc
         except apsw.Error as exc:
             raise self._store._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
         return self._conn.changes()
@@ -395,12 +474,18 @@ class SqliteStore:
         # read before SQLite opens the file (a test VFS may keep them elsewhere, or count reads).
         verdict = self._identify() if vfs is None else self._identify_by_magic()
         if verdict is _header.Verdict.NEW:
+            # A symlink whose target does not exist: creating a file there, where the link
+            # points, is not what opening a journal should do (a typo, a moved disk).
+            linked = os.path.islink(self.path)
+            if linked and not os.path.exists(self.path):
+                raise NotAJournal(self.path, "a symlink to a file that does not exist (no target is created)")
             if self.readonly:
                 raise NotAJournal(self.path, "no such journal (a read-only open never creates one)")
             # A new file is created 0600 (transcripts hold secrets); SQLite gives the -wal and
-            # -shm files the main file's mode.
+            # -shm files the main file's mode. O_NOFOLLOW: a symlink made since the check is
+            # not followed either.
             try:
-                fd = os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600)
+                fd = os.open(self.path, os.O_CREAT | os.O_WRONLY | (0 if linked else os.O_NOFOLLOW), 0o600)
             except OSError as exc:
                 raise JournalIOError("open", WriteOutcome.ABSENT, str(exc)) from exc
             os.close(fd)
@@ -674,6 +759,8 @@ class SqliteStore:
                 raise RuntimeError("journal: nested write transaction (use a *_txn helper)")
             try:
                 conn.execute(sql, bindings)
+            except _UNBINDABLE as exc:  # refused while binding, before the statement ran
+                raise _unbindable(exc) from exc
             except apsw.ConstraintError as exc:  # checked before the commit: nothing was written
                 raise self._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
             except apsw.Error as exc:

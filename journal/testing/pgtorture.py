@@ -43,11 +43,17 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from journal import JournalError, JournalIOError
+from journal.store.target import is_url_dsn, redact, secrets, split_password
 from journal.testing.harness import _READY, DEFAULT_TIMEOUT_S, Verdict, _child_main, judge, read_witness, run_child
 from journal.testing.ledger import Ledger
 
 if TYPE_CHECKING:
     from journal.testing.pgserver import PgServer
+
+
+def _shown(dsn: str) -> str:
+    """A DSN as ``repr()`` shows it: quoted, without its password."""
+    return repr(redact(dsn))
 
 
 @attrs.frozen
@@ -56,8 +62,8 @@ class Postgres:
 
     ``prefix`` is drawn per campaign, so two campaigns on one database never meet."""
 
-    database: str
-    """The database's ``postgresql://`` DSN, as given."""
+    database: str = attrs.field(repr=_shown)
+    """The database's DSN (a ``postgresql://`` URL or libpq's keyword form), as given."""
     prefix: str = attrs.field(factory=lambda: f"torture_{uuid.uuid4().hex[:10]}_")
 
     def schema(self, name: str) -> str:
@@ -65,6 +71,8 @@ class Postgres:
 
     def dsn(self, schema: str) -> str:
         """The database's DSN with ``schema`` first on the search path: the journal is there."""
+        if not is_url_dsn(self.database):  # libpq's keyword form: a later keyword wins
+            return f"{self.database} options='-csearch_path={schema}'"
         parts = urllib.parse.urlsplit(self.database)
         query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
         options = " ".join([value for key, value in query if key == "options"] + [f"-csearch_path={schema}"])
@@ -82,24 +90,19 @@ class Postgres:
 
     def redacted(self, dsn: str) -> str:
         """``dsn`` without its password, as reports show it."""
-        from journal.store.postgres import redacted
-
-        return redacted(dsn)
+        return redact(dsn)
 
     def _admin(self, sql: str, what: str) -> None:
         """Run ``sql`` on the database with ``psql``: only the store talks to the driver."""
-        parts = urllib.parse.urlsplit(self.database)
         env = dict(os.environ)  # libpq's PG* variables apply to psql as to the store
-        target = self.database
-        if parts.password is not None:  # through the environment, not the process list
-            env["PGPASSWORD"] = urllib.parse.unquote(parts.password)
-            user, _, host = parts.netloc.rpartition("@")
-            target = urllib.parse.urlunsplit(parts._replace(netloc=f"{user.split(':', 1)[0]}@{host}"))
+        target, password = split_password(self.database)
+        if password is not None:  # through the environment, not the process list
+            env["PGPASSWORD"] = password
         command = [_psql(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", target, "-c", sql]
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             detail = done.stderr.strip() or f"psql exited with status {done.returncode}"
-            raise JournalIOError(what, "unknown", f"{self.redacted(self.database)}: {detail}")
+            raise JournalIOError(what, "unknown", f"{redact(self.database)}: {redact(detail, secrets(self.database))}")
 
 
 def _psql() -> str:
@@ -123,7 +126,7 @@ class _ServerHarness:
     ``server_crash`` trial."""
 
     directory: Path
-    dsn: str
+    dsn: str = attrs.field(repr=_shown)
     workload: str
     session_id: str
     durability: str

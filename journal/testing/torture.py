@@ -48,6 +48,7 @@ import attrs
 from journal import CorruptJournal, DiskFull, Journal, JournalError, JournalIOError, SessionNotFound, crash
 from journal import open as open_journal
 from journal.escape import escape
+from journal.store.target import redact, secrets
 from journal.testing import workload as _scripted
 from journal.testing.faultvfs import FaultVFS
 from journal.testing.harness import CommitWitness, Harness, Verdict, judge
@@ -359,7 +360,20 @@ def run_trial(
     }
     if pg is not None and schema is not None:
         outcome["path"], outcome["schema"] = pg.redacted(dsn or pg.database), schema
+    if pg is not None:  # verdicts and tracebacks quote the trial's DSN: the report never shows its password
+        outcome = _redacted(outcome, secrets(pg.database))
     return outcome
+
+
+def _redacted(value: Any, secret_values: tuple[str, ...]) -> Any:
+    """``value`` (a trial's outcome) with every DSN password in its texts masked."""
+    if isinstance(value, str):
+        return redact(value, secret_values)
+    if isinstance(value, dict):
+        return {key: _redacted(item, secret_values) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_redacted(item, secret_values) for item in value)
+    return value
 
 
 def _harness_error(text: str) -> dict[str, Any]:
@@ -745,4 +759,4 @@ def report_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"  the server, with the failing trials' schemas, is kept (stopped) in {report['server_dir']}")
     lines.append("  ok: every counter is zero" if report["ok"] else "  PROBLEMS FOUND")
     # Problems quote errors and paths: each line is escaped whole, so none can forge another (G14).
-    return [escape(line) for line in lines]
+    return [escape(redact(line)) for line in lines]

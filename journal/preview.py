@@ -1,0 +1,147 @@
+"""The previews part: a page of events as a viewer shows them, cut to a few characters in SQL.
+
+A viewer shows a few thousand characters of each stored string; a page of the log must not
+decode whole events to show that (a session of 4 MiB messages would cost megabytes a row). The
+store's ``previews_sql`` (one statement written natively for each backend) returns each event's
+seq, type, time and size, and its fields with every string, and every object's or array's JSON
+text, cut to ``chars`` characters inside the database. What was cut is said, never hidden: a cut
+string is a ``Clipped`` (a ``str`` that knows it was cut), and ``Preview.cut`` names its fields.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+
+from journal.codec import check_int
+from journal.log import chain_txn, next_seq_txn
+from journal.model import Event
+from journal.store import Database, Store
+
+FIELDS_MAX = 64  # fields of one event a preview reads (and calls of one tool_calls list)
+CHARS_MAX = 100_000
+LIMIT_MAX = 10_000
+_SEQ_END = 2**63 - 1  # past every seq: the bound of a session's own, open-ended segment
+
+
+class Clipped(str):
+    """A stored string cut short by the preview read: the first characters of a longer one."""
+
+    __slots__ = ()
+
+
+@attrs.frozen
+class Preview:
+    """One event as a page shows it.
+
+    ``data`` holds its first ``FIELDS_MAX`` fields, each string cut to the read's ``chars``
+    characters (a ``Clipped`` then) and each object or array kept whole if its JSON text fits,
+    else its JSON text cut (a ``Clipped``); ``tool_calls`` keeps each call's ``id``, ``name`` and
+    ``arguments``. ``cut`` names the fields that were cut, ``omitted`` counts the fields left
+    out (at least that many), ``size`` is the stored event's size in bytes."""
+
+    session_id: str
+    seq: int
+    type: str
+    time_ms: int
+    size: int
+    data: dict[str, Any]
+    cut: tuple[str, ...]
+    omitted: int
+
+    @property
+    def whole(self) -> bool:
+        """Whether ``data`` is the event's whole data (nothing cut or left out)."""
+        return not self.cut and not self.omitted
+
+    def event(self) -> Event:
+        """The preview as an ``Event`` (its ``data`` the cut one), for code that renders events."""
+        return Event(self.session_id, self.seq, self.type, self.data, self.time_ms)
+
+
+class Previews:
+    """``previews``: pages of events cut in SQL, read through the fork chain."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def previews(
+        self,
+        session_id: str,
+        *,
+        since: int | None = None,
+        tail: int | None = None,
+        limit: int = 200,
+        chars: int = 2000,
+    ) -> list[Preview]:
+        """At most ``limit`` events of the session from ``since`` on (or its last ``tail``, or
+        from its start), in seq order, each field cut to ``chars`` characters in the database.
+
+        The cost follows ``limit`` and ``chars``, not the size of the events: nothing of an
+        event beyond its first ``chars`` characters a field reaches Python."""
+        start = 0 if since is None else check_int("since", since)
+        size = check_int("limit", limit, maximum=LIMIT_MAX)
+        last_n = None if tail is None else check_int("tail", tail, maximum=LIMIT_MAX)
+        cut = check_int("chars", chars, maximum=CHARS_MAX)
+        with self._store.read() as db:
+            if last_n is not None:
+                start = max(next_seq_txn(db, session_id) - last_n, start)
+                size = min(size, last_n)
+            stop = start + size
+            out: list[Preview] = []
+            for owner, lo, hi in reversed(chain_txn(db, session_id)):
+                first, last = max(lo, start), min(hi, stop, _SEQ_END)
+                if first >= last:
+                    continue
+                for row in db.execute(db.previews_sql, (owner, first, int(last), cut, FIELDS_MAX)):
+                    out.append(_preview(session_id, row, cut))
+            return out
+
+    def change_token(self) -> object:
+        """A value that differs once another connection has committed to the journal, read
+        without touching a table (SQLite's ``data_version``, PostgreSQL's snapshot horizon): a
+        follower compares two from the same ``Journal`` and reads events only when they differ.
+        A change may be anyone's commit, to any session: it says "look", not what changed."""
+        with self._store.read() as db:
+            return db.value(db.change_token_sql)
+
+
+def previews_at_txn(db: Database, session_id: str, owner: str, seqs: list[int], chars: int) -> list[Preview]:
+    """The events of ``owner``'s own segment at ``seqs``, as ``session_id``'s previews cut to
+    ``chars`` characters in SQL (``previews_at_sql``: one index seek a seq), in seq order."""
+    if not seqs:
+        return []
+    bindings = (owner, min(seqs), max(seqs) + 1, chars, FIELDS_MAX, json.dumps(sorted(set(seqs))))
+    return [_preview(session_id, row, chars) for row in db.execute(db.previews_at_sql, bindings)]
+
+
+def _preview(session_id: str, row: tuple[Any, ...], chars: int) -> Preview:
+    seq, type_, time_ms, size, fields = row
+    data: dict[str, Any] = {}
+    cut: list[str] = []
+    items = json.loads(fields or "[]")
+    omitted = max(len(items) - FIELDS_MAX, 0)
+    for key, value, was_cut in items[:FIELDS_MAX]:
+        if key == "tool_calls" and isinstance(value, list):
+            value = [_call(c) for c in value]
+        if was_cut:
+            cut.append(key)
+            if isinstance(value, str):
+                value = Clipped(value)
+        data[key] = value
+    return Preview(session_id, seq, type_, time_ms, size, data, tuple(cut), omitted)
+
+
+def _call(call: Any) -> Any:
+    """One call of a ``tool_calls`` preview: its ``cut`` flag taken out, its cut arguments a ``Clipped``."""
+    if not isinstance(call, dict):
+        return call
+    was_cut = call.pop("cut", False)
+    if was_cut and isinstance(call.get("arguments"), str):
+        call["arguments"] = Clipped(call["arguments"])
+    return call
+
+
+__all__ = ["CHARS_MAX", "Clipped", "Preview", "Previews", "previews_at_txn"]
