@@ -12,11 +12,23 @@ Long maintenance calls (recover, reconcile, effect recovery, purge, checkpoint) 
 their own transactions, between batches. Reads run on reader connections in a small thread
 pool. The loop thread never waits on the database: it only queues and is woken.
 
+One loop. An ``AsyncJournal`` belongs to the event loop that opened it. Any call on it or on
+its handles (a turn, a dispatch, a claim, ``follow``, ``close``) made from another loop, another
+thread's loop or no loop is refused with ``WrongLoop`` before anything is queued: nothing is
+written, so the caller may retry it on the right loop (from another thread:
+``asyncio.run_coroutine_threadsafe(aj.append(...), loop)``).
+
+No error for a committed write. A write that raises was not written, unless the error says
+otherwise: when a round's COMMIT fails, each write of it raises its own ``JournalIOError``
+whose ``outcome`` is re-read to decide (``present`` if the round's events are in the file,
+else ``unknown``: DESIGN §4), and an error from the store that is not the library's is given
+the same way, never raw.
+
 Cancellation. A write still queued when its task is cancelled is withdrawn: nothing is written.
 One the writer has taken runs to its end whatever happens to the task, which sees
-``CancelledError`` once that end is known (committed or failed): a read after it shows which. ``close()`` drains: every write
-queued before it is committed or fails with a typed error, and later ones raise
-``JournalClosed``.
+``CancelledError`` once that end is known (committed or failed): a read after it shows which.
+``close()`` drains: every write queued before it is committed or fails with a typed error, and
+later ones raise ``JournalClosed`` (nothing of them is written).
 
 Tools run on the loop, never inside a transaction::
 
@@ -37,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import copy
 import functools
 import inspect
 import threading
@@ -47,10 +60,21 @@ from typing import Any
 from journal import engine
 from journal.claims import Claim
 from journal.engine import Journal
-from journal.errors import InvalidArgument, JournalClosed, LeaseLost, NoOpenTurn
-from journal.model import Event
+from journal.errors import (
+    InvalidArgument,
+    JournalBusy,
+    JournalClosed,
+    JournalError,
+    JournalIOError,
+    LeaseLost,
+    NoOpenTurn,
+    SchemaViolation,
+    WrongLoop,
+)
+from journal.model import Event, WriteOutcome
 from journal.queue import DEFAULT_LEASE_MS
 from journal.results import Dispatch, PutResult
+from journal.store.target import redact
 from journal.turns import Turn
 
 __all__ = ["AsyncClaim", "AsyncDispatch", "AsyncJournal", "AsyncTurn", "open"]
@@ -74,6 +98,7 @@ _READS = (
     "session", "sessions", "session_totals", "events", "count", "stream_chunks", "turn_state",
     "submission", "submissions", "scan", "open_turns", "interrupted", "plan", "plan_recovery",
     "indeterminate", "messages", "provider_view", "check", "integrity_check", "state", "size_bytes",
+    "previews",
 )  # fmt: skip
 # Writes whose commit must survive power loss even under durability="normal" (G6).
 _SYNCED = frozenset({"dispatch"})
@@ -82,10 +107,19 @@ _SYNCED = frozenset({"dispatch"})
 class _Item:
     """One queued write: the call to make on the writer's ``Journal``, then its fate."""
 
-    __slots__ = ("alone", "call", "error", "finished", "future", "loop", "result", "synced", "taken")
+    __slots__ = ("alone", "call", "error", "finished", "future", "loop", "operation", "result", "synced", "taken")
 
-    def __init__(self, call: Callable[[Journal], Any], loop: asyncio.AbstractEventLoop, *, alone: bool, synced: bool) -> None:
+    def __init__(
+        self,
+        call: Callable[[Journal], Any],
+        loop: asyncio.AbstractEventLoop,
+        *,
+        operation: str,
+        alone: bool,
+        synced: bool,
+    ) -> None:
         self.call = call
+        self.operation = operation  # the call's name, for the error a failed round gives it
         self.loop = loop
         self.future: asyncio.Future[Any] = loop.create_future()  # the awaiting task's
         self.finished: asyncio.Future[None] = loop.create_future()  # set once its fate is known
@@ -104,6 +138,7 @@ class _Writer:
         self._cond = threading.Condition(threading.Lock())
         self._queue: collections.deque[_Item] = collections.deque()
         self._closing = False
+        self._finished = False  # the thread has ended
         self.journal: Journal | None = None
         self.commits = 0  # batches committed (for the benchmarks: fsyncs under "full")
         self._started: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
@@ -137,6 +172,9 @@ class _Writer:
         """Refuse new writes, commit the queued ones, close the connection; done when it is."""
         future = loop.create_future()
         with self._cond:
+            if self._finished:  # the thread is gone (its journal never opened): nothing to wait for
+                future.set_result(None)
+                return future
             self._stopped = (loop, future)
             self._closing = True
             self._cond.notify()
@@ -149,9 +187,9 @@ class _Writer:
         try:
             self.journal = self._opener()
         except BaseException as exc:  # noqa: BLE001 - handed to the opener's task
-            with self._cond:
-                self._closing = True
+            self._fail_queued()  # writes queued while it opened never ran: nothing was written
             _call_soon(self._started[0], _settle_future, self._started[1], None, exc)
+            self._finish(None)
             return
         _call_soon(self._started[0], _settle_future, self._started[1], None, None)
         error: BaseException | None = None
@@ -170,16 +208,28 @@ class _Writer:
                 self.journal.close()
             except BaseException as exc:  # noqa: BLE001 - handed to close()'s task
                 error = exc
-            with self._cond:
-                stopped = self._stopped
-                self._closing = True
-                left = list(self._queue)
-                self._queue.clear()
-            for item in left:  # only if the loop above died: fail them rather than drop them
-                item.error = JournalClosed()
-            self._wake(left)
-            if stopped is not None:
-                _call_soon(stopped[0], _settle_future, stopped[1], None, error)
+            self._fail_queued()  # only if the loop above died: fail them rather than drop them
+            self._finish(error)
+
+    def _finish(self, error: BaseException | None) -> None:
+        """The thread ends: settle ``close()``'s wait, now or (``stop`` after it) at once."""
+        with self._cond:
+            self._finished = True
+            stopped = self._stopped
+        if stopped is not None:
+            _call_soon(stopped[0], _settle_future, stopped[1], None, error)
+
+    def _fail_queued(self) -> None:
+        """Refuse new writes, and fail every queued one with ``JournalClosed`` (none of them ran)."""
+        with self._cond:
+            self._closing = True
+            left = list(self._queue)
+            self._queue.clear()
+            for item in left:
+                item.taken = True  # its fate is decided here: a cancelled task waits for it
+        for item in left:
+            item.error = JournalClosed()
+        self._wake(left)
 
     def _take(self) -> list[_Item]:
         """The next round: a call that runs alone, or every queued write up to ``MAX_BATCH``;
@@ -210,20 +260,27 @@ class _Writer:
         journal = self.journal
         assert journal is not None
         store = journal._store
+        ran = 0  # the writes that ran (a broken round stops early: the rest never did)
+        committing = False  # past the writes: an error now is the COMMIT's (or the store's)
         try:
             with store.batch(WRITER, synced=any(item.synced for item in batch)) as shared:
                 for item in batch:
+                    ran += 1
                     try:
                         item.result = item.call(journal)
                     except BaseException as exc:  # noqa: BLE001 - this write fails alone
                         item.result, item.error = None, exc
                     if shared.broken:
                         break  # SQLite rolled everything back: the batch fails as a whole
+                committing = True
             self.commits += 1
-        except BaseException as exc:  # noqa: BLE001 - the commit failed: every write in it did
+        except BaseException as exc:  # noqa: BLE001 - the round's transaction failed: every write in it did
+            kept = [item for item in batch[:ran] if item.error is None]
+            outcome = _round_outcome(journal, exc, kept) if committing else WriteOutcome.ABSENT
             for item in batch:
                 if item.error is None:
-                    item.result, item.error = None, exc
+                    gone = outcome if item in kept else WriteOutcome.ABSENT
+                    item.result, item.error = None, _member_error(exc, item.operation, gone)
 
     def _wake(self, items: list[_Item]) -> None:
         """Hand each write's fate to its loop: one wake-up per loop, not one per write."""
@@ -239,6 +296,61 @@ class _Writer:
             _settle_future(item.finished, None, None)
         if self._on_commit is not None:
             self._on_commit()
+
+
+# A round's transaction that fails with one of these was rolled back whole: nothing of it stays.
+_REFUSED = (JournalBusy, JournalClosed, SchemaViolation, InvalidArgument)
+
+
+def _round_outcome(journal: Journal, exc: BaseException, kept: list[_Item]) -> WriteOutcome:
+    """What is known of a round whose COMMIT (or the store around it) raised ``exc``.
+
+    A round is one transaction: all its writes are in the file or none is. An error that says
+    nothing was written (a broken round, a busy COMMIT) is taken at its word. Otherwise (DESIGN
+    §4: the commit may have landed, say before a failing checkpoint) the writes' own events are
+    looked for: one found means the round is there (``present``); none found says nothing, since
+    a commit whose fsync failed can reappear after a crash (``unknown``)."""
+    if isinstance(exc, _REFUSED):
+        return WriteOutcome.ABSENT  # the round was refused and rolled back: nothing was written
+    if isinstance(exc, JournalIOError) and exc.outcome != WriteOutcome.UNKNOWN:
+        return WriteOutcome(exc.outcome)
+    try:
+        for item in kept:
+            for event in _witnesses(item.result):
+                found = journal.events(event.session_id, since=event.seq, limit=1)
+                if found and found[0] == event:
+                    return WriteOutcome.PRESENT
+    except Exception:  # noqa: BLE001 - the disk (or the server) is failing: nothing is known
+        return WriteOutcome.UNKNOWN
+    return WriteOutcome.UNKNOWN
+
+
+def _witnesses(result: Any) -> list[Event]:
+    """The events a write's result says it wrote in its round (not those it found stored)."""
+    if isinstance(result, Event):
+        return [] if result.existing else [result]
+    if isinstance(result, list):
+        return [e for e in result if isinstance(e, Event) and not e.existing]
+    if isinstance(result, PutResult):
+        return [result.event] if result.won else [] if result.late is None else [result.late]
+    if isinstance(result, Dispatch):
+        return [result.event]
+    return []
+
+
+def _member_error(exc: BaseException, operation: str, outcome: WriteOutcome) -> BaseException:
+    """The error one write of a failed round raises in its own task: its own copy (each task
+    raises and chains it separately), saying what is known of it. An error that is not the
+    library's becomes a ``JournalIOError`` with the outcome: never an untyped error for a write
+    that may be in the file."""
+    if isinstance(exc, JournalIOError):
+        own: BaseException = type(exc)(operation, outcome, exc.detail)
+    elif isinstance(exc, JournalError) and outcome is WriteOutcome.ABSENT:
+        own = copy.copy(exc)
+    else:
+        own = JournalIOError(operation, outcome, f"{type(exc).__name__}: {exc}")
+    own.__cause__ = exc
+    return own
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> None:
@@ -299,6 +411,7 @@ class AsyncJournal:
         read_options = {k: v for k, v in options.items() if k in ("busy_timeout_ms", "max_event_bytes", "vfs")}
         self._readers = _Readers(functools.partial(engine.open, path, readonly=True, **read_options), readers)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None  # the thread that runs ``_loop``
         self._opened = False
         self._closed = False
         self._committed: asyncio.Event | None = None  # set after each batch: followers look again
@@ -306,8 +419,11 @@ class AsyncJournal:
     # -- opening and closing ---------------------------------------------------------------------
 
     async def _open(self) -> AsyncJournal:
-        if not self._opened:
+        if self._opened:
+            self._owned("open")
+        else:
             self._loop = asyncio.get_running_loop()
+            self._loop_thread = threading.get_ident()
             self._committed = asyncio.Event()
             self._opened = True
             await self._writer.start(self._loop, self._committed.set)
@@ -324,7 +440,10 @@ class AsyncJournal:
 
     async def close(self) -> None:
         """Commit every write queued before now, then close the connections. Writes after it
-        raise ``JournalClosed``; closing twice does nothing."""
+        raise ``JournalClosed``; closing twice does nothing. Refused (``WrongLoop``) outside the
+        journal's own loop, as every call is: the writes it drains belong to that loop."""
+        if self._opened:
+            self._owned("close")
         if self._closed or not self._opened:
             self._closed = True
             return
@@ -337,7 +456,7 @@ class AsyncJournal:
 
     @property
     def path(self) -> str:
-        return str(self._writer.journal.path if self._writer.journal is not None else self._path)
+        return redact(str(self._writer.journal.path if self._writer.journal is not None else self._path))
 
     @property
     def durability(self) -> Any:
@@ -352,15 +471,30 @@ class AsyncJournal:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open" if self._opened else "not opened"
-        return f"<AsyncJournal {str(self._path)!r} {state}>"
+        return f"<AsyncJournal {self.path!r} {state}>"
 
     # -- how a twin runs ---------------------------------------------------------------------------
 
-    async def _write(self, call: Callable[[Journal], Any], *, alone: bool = False, synced: bool = False) -> Any:
+    def _owned(self, operation: str) -> None:
+        """Refuse a call made outside the loop that opened this journal, before it touches
+        anything: its futures and its wake-ups belong to that loop, so a write queued from
+        another would be committed while its caller saw a loop error (and retried it)."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            raise WrongLoop(operation, "no running event loop") from None
+        if self._loop is not None and running is not self._loop:
+            here = threading.get_ident() == self._loop_thread
+            raise WrongLoop(operation, "another event loop" if here else "an event loop of another thread")
+
+    async def _write(
+        self, call: Callable[[Journal], Any], *, operation: str = "write", alone: bool = False, synced: bool = False
+    ) -> Any:
+        self._owned(operation)
         if self._closed or not self._opened:
             raise JournalClosed()
         assert self._loop is not None
-        item = _Item(call, self._loop, alone=alone, synced=synced)
+        item = _Item(call, self._loop, operation=operation, alone=alone, synced=synced)
         self._writer.put(item)
         try:
             return await item.future
@@ -373,7 +507,8 @@ class AsyncJournal:
                         await asyncio.shield(item.finished)
             raise
 
-    async def _read(self, call: Callable[[Journal], Any]) -> Any:
+    async def _read(self, call: Callable[[Journal], Any], *, operation: str = "read") -> Any:
+        self._owned(operation)
         if self._closed or not self._opened:
             raise JournalClosed()
         return await self._readers.run(call)
@@ -381,11 +516,11 @@ class AsyncJournal:
     # -- the twins with handles --------------------------------------------------------------------
 
     async def turn_start(self, session_id: str) -> AsyncTurn:
-        turn = await self._write(lambda j: j.turn_start(session_id))
+        turn = await self._write(lambda j: j.turn_start(session_id), operation="turn_start")
         return AsyncTurn(self, turn)
 
     async def take_over(self, session_id: str) -> AsyncTurn:
-        turn = await self._write(lambda j: j.take_over(session_id))
+        turn = await self._write(lambda j: j.take_over(session_id), operation="take_over")
         return AsyncTurn(self, turn)
 
     def turn(self, session_id: str, *, resume: bool = False) -> _TurnScope:
@@ -423,7 +558,9 @@ class AsyncJournal:
         lease_ms: int = DEFAULT_LEASE_MS,
         now_ms: int | None = None,
     ) -> AsyncClaim | None:
-        claim = await self._write(lambda j: j.claim(session_id=session_id, owner=owner, lease_ms=lease_ms, now_ms=now_ms))
+        claim = await self._write(
+            lambda j: j.claim(session_id=session_id, owner=owner, lease_ms=lease_ms, now_ms=now_ms), operation="claim"
+        )
         return None if claim is None else AsyncClaim(self, claim)
 
     async def follow(
@@ -433,12 +570,13 @@ class AsyncJournal:
         journal, another ``Journal`` or another process), until the iteration is stopped.
         Appends through this journal wake it at once; others are seen within ``interval``
         seconds."""
+        self._owned("follow")
         if not isinstance(interval, (int, float)) or isinstance(interval, bool) or not interval > 0:
             raise InvalidArgument("interval", f"must be a number of seconds > 0, not {interval!r}")
         assert self._committed is not None
         while True:
             self._committed.clear()
-            events = await self._read(lambda j: j.events(session_id, since=since))
+            events = await self._read(lambda j: j.events(session_id, since=since), operation="follow")
             for event in events:
                 yield event
                 since = event.seq + 1
@@ -465,8 +603,8 @@ def _twin(name: str, kind: str) -> Callable[..., Any]:
             return getattr(j, name)(*args, **kwargs)
 
         if kind == "read":
-            return await self._read(call)
-        return await self._write(call, alone=kind == "alone", synced=name in _SYNCED)
+            return await self._read(call, operation=name)
+        return await self._write(call, operation=name, alone=kind == "alone", synced=name in _SYNCED)
 
     twin.__name__ = twin.__qualname__ = name
     twin.__doc__ = sync.__doc__
@@ -480,7 +618,8 @@ for _name in _WRITES:
 for _name in _ALONE:
     setattr(AsyncJournal, _name, _twin(_name, "alone"))
 for _name in _READS:
-    setattr(AsyncJournal, _name, _twin(_name, "read"))
+    if hasattr(Journal, _name):  # (``previews`` arrives with journal.preview)
+        setattr(AsyncJournal, _name, _twin(_name, "read"))
 
 
 class AsyncTurn:
@@ -500,10 +639,10 @@ class AsyncTurn:
     closed = property(lambda self: self.handle.closed)
 
     async def step_start(self) -> Event:
-        return await self._aj._write(lambda j: self.handle.step_start())
+        return await self._aj._write(lambda j: self.handle.step_start(), operation="step_start")
 
     async def step_end(self, *, outcome: str = "ok") -> Event:
-        return await self._aj._write(lambda j: self.handle.step_end(outcome=outcome))
+        return await self._aj._write(lambda j: self.handle.step_end(outcome=outcome), operation="step_end")
 
     def step(self) -> _StepScope:
         """``async with turn.step()``: ``step_start`` now; ``step_end`` on exit (``outcome:
@@ -511,25 +650,29 @@ class AsyncTurn:
         return _StepScope(self)
 
     async def provider_started(self, *, stream_key: str | None = None) -> None:
-        await self._aj._write(lambda j: self.handle.provider_started(stream_key=stream_key))
+        await self._aj._write(
+            lambda j: self.handle.provider_started(stream_key=stream_key), operation="provider_started"
+        )
 
     async def save_chunk(self, index: int, content: str) -> bool:
-        return await self._aj._write(lambda j: self.handle.save_chunk(index, content))
+        return await self._aj._write(lambda j: self.handle.save_chunk(index, content), operation="save_chunk")
 
     async def assistant(self, content: Any, **fields: Any) -> Event:
-        return await self._aj._write(lambda j: self.handle.assistant(content, **fields))
+        return await self._aj._write(lambda j: self.handle.assistant(content, **fields), operation="assistant")
 
     def dispatch(self, call_id: str, **fields: Any) -> _Dispatching:
         return self._aj.dispatch(self.session_id, call_id, turn=self, **fields)
 
     async def put_result(self, call_id: str, content: Any, **fields: Any) -> PutResult:
-        return await self._aj._write(lambda j: self.handle.put_result(call_id, content, **fields))
+        return await self._aj._write(
+            lambda j: self.handle.put_result(call_id, content, **fields), operation="put_result"
+        )
 
     async def complete(self) -> Event:
-        return await self._aj._write(lambda j: self.handle.complete())
+        return await self._aj._write(lambda j: self.handle.complete(), operation="complete")
 
     async def reject(self) -> Event:
-        return await self._aj._write(lambda j: self.handle.reject())
+        return await self._aj._write(lambda j: self.handle.reject(), operation="reject")
 
     def __repr__(self) -> str:
         return f"Async{self.handle!r}"
@@ -593,7 +736,7 @@ class AsyncDispatch:
     outcome = property(lambda self: self.handle.outcome)
 
     async def result(self, content: Any, **fields: Any) -> PutResult:
-        return await self._aj._write(lambda j: self.handle.result(content, **fields))
+        return await self._aj._write(lambda j: self.handle.result(content, **fields), operation="put_result")
 
     async def __aenter__(self) -> AsyncDispatch:
         return self
@@ -613,7 +756,7 @@ class _Dispatching:
 
     async def _run(self) -> AsyncDispatch:
         if self._done is None:
-            self._done = AsyncDispatch(self._aj, await self._aj._write(self._call, synced=True))
+            self._done = AsyncDispatch(self._aj, await self._aj._write(self._call, operation="dispatch", synced=True))
         return self._done
 
     def __await__(self) -> Generator[Any, None, AsyncDispatch]:
@@ -648,13 +791,13 @@ class AsyncClaim:
         return await self.turn.reject()
 
     async def fail(self, reason: str) -> None:
-        await self._aj._write(lambda j: self.handle.fail(reason))
+        await self._aj._write(lambda j: self.handle.fail(reason), operation="fail")
 
     async def requeue(self) -> None:
-        await self._aj._write(lambda j: self.handle.requeue())
+        await self._aj._write(lambda j: self.handle.requeue(), operation="requeue")
 
     async def renew(self, *, lease_ms: int = DEFAULT_LEASE_MS) -> None:
-        await self._aj._write(lambda j: self.handle.renew(lease_ms=lease_ms))
+        await self._aj._write(lambda j: self.handle.renew(lease_ms=lease_ms), operation="renew")
 
     async def __aenter__(self) -> AsyncClaim:
         return self
