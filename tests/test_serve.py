@@ -1,6 +1,7 @@
 """``journal serve`` over HTTP (DESIGN §15): read-only, its own host name only, content as text
-(G14), the command line's JSON shapes, pages that stay quick on a big file, live following
-that keeps the server's memory flat.
+(G14), the command line's JSON shapes, pages whose reads follow what they show (not the file:
+a statement trace, never a clock; the timings are bench/serve.py --pages), live following that
+keeps the server's memory flat.
 
 The viewer runs in a thread of the test process on a free loopback port; requests go through
 ``http.client`` (or a raw socket, where a request must be malformed on purpose).
@@ -14,7 +15,6 @@ import json
 import os
 import re
 import socket
-import statistics
 import subprocess
 import sys
 import threading
@@ -31,7 +31,9 @@ from click.testing import CliRunner
 import journal
 from journal import ToolRegistry, Unsafe
 from journal.cli import main
-from journal.serve.app import Viewer, run
+from journal.preview import Clipped
+from journal.serve.app import Limits, Viewer, run
+from journal.store.sqlite import PREVIEWS_SQL
 from tests.conftest import ROOT, python_child
 
 HOSTILE = (
@@ -129,7 +131,7 @@ def viewer(story: Path) -> Iterator[Viewer]:
 
 
 class Response:
-    def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
+    def __init__(self, status: int, headers: Any, body: bytes) -> None:
         self.status, self.headers, self.body = status, headers, body
 
     @property
@@ -147,7 +149,7 @@ def request(viewer: Viewer, path: str, *, method: str = "GET", host: str | None 
         conn.putheader("Host", host if host is not None else f"127.0.0.1:{viewer.port}")
         conn.endheaders()
         got = conn.getresponse()
-        return Response(got.status, dict(got.getheaders()), got.read())
+        return Response(got.status, got.msg, got.read())  # its headers by name, in any case
     finally:
         conn.close()
 
@@ -183,10 +185,11 @@ def test_a_request_naming_another_host_is_refused_against_dns_rebinding(viewer: 
 
 
 def test_a_request_without_a_host_header_is_refused(viewer: Viewer) -> None:
-    with socket.create_connection(("127.0.0.1", viewer.port), timeout=10) as sock:
+    with socket.create_connection(("127.0.0.1", viewer.port), timeout=30) as sock:
         sock.sendall(b"GET /api/sessions HTTP/1.0\r\n\r\n")
         answer = b"".join(iter(lambda: sock.recv(65536), b""))
-    assert answer.startswith(b"HTTP/1.0 400")
+    assert re.match(rb"HTTP/1\.[01] 400 ", answer)
+    assert b"content-security-policy: default-src 'none'" in answer.lower()
     assert b'"plain"' not in answer
 
 
@@ -456,7 +459,7 @@ def sse_lines(viewer: Viewer, session_id: str, since: int) -> Iterator[str]:
     assert got.status == 200 and got.getheader("Content-Type").startswith("text/event-stream")
     try:
         while True:
-            line = got.fp.readline()
+            line = got.readline()
             if not line:
                 return
             yield line.decode().rstrip("\n")
@@ -535,73 +538,106 @@ def test_memory_stays_flat_while_following_a_session_that_grows_by_10000_events(
     assert rss_grown < 16 * 1024
 
 
-# -- the measure: big files ------------------------------------------------------------------------
+# -- bounded by what a page shows, not by the file (timings: bench/serve.py --pages) ----------------
 
 
-def _median_ms(viewer: Viewer, path: str, runs: int = 7) -> tuple[float, float, Response]:
-    """The median server time (its Server-Timing header) and wall time of ``runs`` requests."""
-    server, wall = [], []
-    got = None
-    for _ in range(runs):
-        started = time.perf_counter()
-        got = request(viewer, path)
-        wall.append((time.perf_counter() - started) * 1000)
-        assert got.status == 200, got.text[:500]
-        server.append(float(re.fullmatch(r"app;dur=([0-9.]+)", got.headers["Server-Timing"]).group(1)))  # type: ignore[union-attr]
-    assert got is not None
-    return statistics.median(server), statistics.median(wall), got
-
-
-@pytest.fixture(scope="module")
-def big_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """100,000 sessions, one of which holds 50,000 events (turns of four events)."""
-    db = tmp_path_factory.mktemp("big") / "big.db"
+def build_wide(db: Path, *, sessions: int, events: int) -> None:
+    """``sessions`` sessions, and one more, ``long``, of ``events`` events (turns of four)."""
     with journal.open(db, durability="normal") as j:
-        for i in range(100_000):
+        for i in range(sessions):
             j.create_session(f"s{i:06d}", meta={"n": i})
         j.create_session("long")
         items: list[tuple[str, dict[str, Any]]] = []
-        for turn in range(1, 12_501):
+        for turn in range(1, events // 4 + 1):
             items += [
                 ("turn_start", {"turn": turn}),
                 ("user_message", {"content": f"question {turn}"}),
                 ("assistant_message", {"content": "an answer " * 10, "tool_calls": []}),
                 ("turn_end", {"turn": turn, "steps": 0, "reason": "complete"}),
             ]
-            if len(items) >= 2000:
-                j.append_many("long", items)
-                items = []
-        if items:
-            j.append_many("long", items)
-    return db
+        j.append_many("long", items)
 
 
-@pytest.mark.parametrize(
-    ("what", "path", "expected"),
-    [
-        ("sessions page (first of 100,000 sessions)", "/", "s000049"),
-        ("sessions page (after the 50,000th)", "/?after=s049999", "s050049"),
-        ("sessions page (prefix)", "/?prefix=s0999", "s099949"),
-        ("50,000-event session page (its end)", session_path("long"), 'id="e49999"'),
-        ("50,000-event session page (middle)", session_path("long", since=25_000), 'id="e25199"'),
-        ("50,000-event session, messages view", session_path("long", view="messages"), "question 12500"),
-        ("50,000-event session, provider view", session_path("long", view="provider"), "question 12500"),
-        ("API: 50,000-event session, tail", "/api/sessions/long?tail=200", '"seq": 49999'),
-        ("API: a page of 1,000 sessions", "/api/sessions?limit=1000&after=s050000", "s051000"),
-    ],
-)
-def test_measure_pages_stay_under_200_ms_on_a_big_file(
-    big_file: Path, what: str, path: str, expected: str, capsys
+class Reads:
+    """The statements and the rows every apsw connection opened meanwhile runs and returns."""
+
+    def __init__(self) -> None:
+        self.statements: list[str] = []
+        self.rows = 0
+
+    def clear(self) -> None:
+        self.statements.clear()
+        self.rows = 0
+
+
+@pytest.fixture
+def reads() -> Iterator[Reads]:
+    import apsw
+
+    seen = Reads()
+
+    def on_statement(cursor: Any, sql: str, bindings: Any) -> bool:
+        seen.statements.append(sql)
+        return True
+
+    def on_row(cursor: Any, row: Any) -> Any:
+        seen.rows += 1
+        return row
+
+    def hook(conn: Any) -> None:
+        conn.exec_trace = on_statement
+        conn.row_trace = on_row
+
+    apsw.connection_hooks.append(hook)
+    try:
+        yield seen
+    finally:
+        apsw.connection_hooks.remove(hook)
+
+
+BOUNDED_PAGES = [
+    ("sessions page", "/", "s000049"),
+    ("sessions page after a session", "/?after=s000100", "s000150"),
+    ("sessions page by prefix", "/?prefix=s0001", "s000149"),
+    ("a long session's end", session_path("long"), 'id="e'),
+    ("a long session's middle", session_path("long", since=400), 'id="e599"'),
+    ("a long session's messages", session_path("long", view="messages"), "question"),
+    ("a long session's provider view", session_path("long", view="provider"), "question"),
+    ("API: a long session's tail", "/api/sessions/long?tail=200", '"seq": '),
+    ("API: a page of sessions", "/api/sessions?limit=100&after=s000050", "s000150"),
+]
+
+
+@pytest.fixture(scope="module")
+def wide_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A file of 300 sessions and a 2,000-event session, and one ten times larger."""
+    made = []
+    for scale in (1, 10):
+        db = tmp_path_factory.mktemp("wide") / f"x{scale}.db"
+        build_wide(db, sessions=300 * scale, events=2000 * scale)
+        made.append(db)
+    return made[0], made[1]
+
+
+@pytest.mark.parametrize(("what", "path", "expected"), BOUNDED_PAGES, ids=[p[0] for p in BOUNDED_PAGES])
+def test_a_page_reads_as_many_statements_and_rows_on_a_file_ten_times_larger(
+    wide_files: tuple[Path, Path], reads: Reads, what: str, path: str, expected: str
 ) -> None:
-    with serving(big_file) as viewer:
-        request(viewer, path)  # warm the pool and the page cache
-        server_ms, wall_ms, got = _median_ms(viewer, path)
-    with capsys.disabled():
-        print(
-            f"\n[measure] {what}: server {server_ms:.1f} ms, wall {wall_ms:.1f} ms (median of 7), {len(got.body)} bytes"
-        )
-    assert expected in got.text
-    assert server_ms < 200
+    """What a page reads follows what it shows: the same statements, the same number of rows
+    handed to Python, on a file of 300 sessions and a 2,000-event session as on one of 3,000
+    sessions and a 20,000-event session (a statement trace, not a clock)."""
+    seen: list[tuple[int, int]] = []
+    for db in wide_files:
+        with serving(db) as viewer:
+            request(viewer, "/api/scan")  # the pool's journal opened (its pragmas are not the page's)
+            reads.clear()
+            got = request(viewer, path)
+            seen.append((len(reads.statements), reads.rows))
+        assert got.status == 200 and expected in got.text, got.text[:500]
+    (small_statements, small_rows), (large_statements, large_rows) = seen
+    assert large_statements == small_statements, what
+    assert large_rows == small_rows, what
+    assert 0 < large_rows <= 1500, what  # a page and its margins, never the file
 
 
 # -- the command ----------------------------------------------------------------------------------
@@ -617,13 +653,13 @@ def test_the_command_serves_and_warns_when_bound_beyond_loopback(story: Path) ->
         line = child.stdout.readline() if child.stdout else ""
         found = re.search(r"http://0\.0\.0\.0:(\d+)/", line)
         assert found, line
-        conn = http.client.HTTPConnection("127.0.0.1", int(found.group(1)), timeout=10)
+        conn = http.client.HTTPConnection("127.0.0.1", int(found.group(1)), timeout=30)
         conn.request("GET", "/api/sessions", headers={"Host": f"localhost:{found.group(1)}"})
         assert conn.getresponse().status == 200
         conn.close()
     finally:
         child.terminate()
-        _, err = child.communicate(timeout=10)
+        _, err = child.communicate(timeout=30)
     assert "warning: serving on 0.0.0.0, not loopback" in err
 
 
@@ -657,3 +693,457 @@ def test_threads_reading_at_once_each_get_the_right_answer(viewer: Viewer, story
     for t in threads:
         t.join()
     assert failures == []
+
+
+# -- bounded by what it shows, in bytes (DESIGN §15) ------------------------------------------------
+
+BIG = 4 * 1024 * 1024  # characters of each large message
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_db(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """A journal's address on each backend: a file under ``tmp_path``, or a PostgreSQL DSN."""
+    if request.param == "postgresql":
+        return request.getfixturevalue("pg_dsn")
+    return tmp_path / "journal.db"
+
+
+def build_large(db: Any, *, events: int = 6) -> None:
+    """A session ``big`` of large messages, and a turn whose call has large arguments."""
+    with journal.open(db, durability="normal") as j:
+        j.create_session("big")
+        for i in range(events):
+            kind = "user_message" if i % 2 == 0 else "assistant_message"
+            j.append("big", kind, {"content": f"message {i} " + "x" * BIG})
+        with j.turn("big") as turn, turn.step():
+            turn.assistant("", tool_calls=[{"id": "c1", "name": "upload", "arguments": {"blob": "y" * BIG}}])
+            with turn.dispatch("c1") as call:
+                call.result("z" * BIG)
+
+
+def test_previews_cut_every_field_in_sql_and_say_what_was_cut(any_db: Any) -> None:
+    build_large(any_db)
+    with journal.open(any_db, readonly=True) as j:
+        previews = j.previews("big", chars=100)
+        events = j.events("big")
+    assert [p.seq for p in previews] == [e.seq for e in events]
+    for p, e in zip(previews, events):
+        assert p.type == e.type and p.time_ms == e.time_ms
+        if p.whole:
+            assert p.data == e.data  # a small event comes whole
+            continue
+        assert p.size > BIG  # the stored size, in bytes
+        for key in p.cut:
+            value = p.data[key]
+            if isinstance(value, str):
+                assert isinstance(value, Clipped) and len(value) == 100
+                assert str(e.data[key]).startswith(value) or key == "arguments"
+    first = previews[0]
+    assert first.cut == ("content",) and first.data["content"].startswith("message 0 xxx")
+    asked = next(p for p in previews if p.type == "assistant_message" and p.data.get("tool_calls"))
+    (call,) = asked.data["tool_calls"]
+    assert call["id"] == "c1" and call["name"] == "upload"
+    assert isinstance(call["arguments"], Clipped) and len(call["arguments"]) == 100
+    result = next(p for p in previews if p.type == "tool_result")
+    assert result.data["tool_call_id"] == "c1" and result.cut == ("content",)
+    assert [p.seq for p in j_tail(any_db, 2)] == [e.seq for e in events[-2:]]
+
+
+def j_tail(db: Any, n: int) -> list[Any]:
+    with journal.open(db, readonly=True) as j:
+        return j.previews("big", tail=n, chars=10)
+
+
+def test_previews_read_through_the_fork_chain(any_db: Any) -> None:
+    build_large(any_db, events=2)
+    with journal.open(any_db, durability="normal") as j:
+        j.fork("big", "last", id="big-fork")
+        j.append("big-fork", "user_message", {"content": "own " + "w" * 5000})
+        whole = j.events("big-fork")
+        cut = j.previews("big-fork", chars=50)
+    assert [p.seq for p in cut] == [e.seq for e in whole]
+    assert cut[-1].data["content"] == "own " + "w" * 46
+
+
+def test_the_change_token_moves_only_when_another_connection_commits(any_db: Any) -> None:
+    with journal.open(any_db) as writer:
+        writer.create_session("s")
+        with journal.open(any_db, readonly=True) as reader:
+            first = reader._change_token()
+            assert reader._change_token() == first  # nothing committed: the same
+            writer.append("s", "user_message", {"content": "hello"})
+            assert reader._change_token() != first
+
+
+@pytest.fixture
+def traced() -> Iterator[list[str]]:
+    """Every SQL statement any apsw connection opened meanwhile runs (the viewer's pool too)."""
+    import apsw
+
+    statements: list[str] = []
+
+    def trace(cursor: Any, sql: str, bindings: Any) -> bool:
+        statements.append(sql)
+        return True
+
+    def hook(conn: Any) -> None:
+        conn.exec_trace = trace
+
+    apsw.connection_hooks.append(hook)
+    try:
+        yield statements
+    finally:
+        apsw.connection_hooks.remove(hook)
+
+
+def _reads_whole_events(sql: str) -> bool:
+    """Whether a statement reads events' stored ``data`` whole (the ``events()`` read, the tail)."""
+    return bool(re.search(r"SELECT seq, type, data\b", sql))
+
+
+def test_a_page_of_large_events_reads_them_cut_in_sql_never_whole(db_path: Path, traced: list[str]) -> None:
+    build_large(db_path)
+    with serving(db_path) as viewer:
+        traced.clear()
+        page = request(viewer, session_path("big"))
+        log_statements = list(traced)
+    assert page.status == 200
+    assert len(page.body) < 200_000  # a page of 10 events of 4 MiB: a few KB of each
+    assert page.text.count("(more stored; the API gives it whole)") >= 6
+    assert any(s == PREVIEWS_SQL for s in log_statements)
+    assert not any(_reads_whole_events(s) for s in log_statements), [
+        s for s in log_statements if _reads_whole_events(s)
+    ]
+
+
+@pytest.fixture
+def statements(any_db: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every statement the journal's store runs meanwhile, as the store writes it: the apsw
+    trace for SQLite, each ``PgDatabase.execute`` for PostgreSQL (its reads all go through it)."""
+    seen: list[str] = []
+    if isinstance(any_db, Path):
+        import apsw
+
+        def on_statement(cursor: Any, sql: str, bindings: Any) -> bool:
+            seen.append(sql)
+            return True
+
+        def hook(conn: Any) -> None:
+            conn.exec_trace = on_statement
+
+        apsw.connection_hooks.append(hook)
+        try:
+            yield seen
+        finally:
+            apsw.connection_hooks.remove(hook)
+        return
+    from journal.store.postgres import PgDatabase
+
+    execute = PgDatabase.execute
+
+    def traced_execute(self: Any, sql: str, bindings: Any = None) -> Any:
+        seen.append(sql)
+        return execute(self, sql, bindings)
+
+    monkeypatch.setattr(PgDatabase, "execute", traced_execute)
+    yield seen
+
+
+def build_large_transcript(db: Any) -> None:
+    """``big`` of ``build_large``, compacted (its summary large too), then a large hostile message."""
+    build_large(db)
+    with journal.open(db, durability="normal") as j:
+        j.compact("big", 0, 1, "summary " + "s" * BIG)
+        j.append("big", "user_message", {"content": HOSTILE + "h" * BIG})
+
+
+@pytest.mark.parametrize("view", ["messages", "provider"])
+def test_g14_a_messages_page_of_large_events_reads_them_cut_in_sql_never_whole(
+    any_db: Any, statements: list[str], view: str
+) -> None:
+    from journal.store import postgres, sqlite
+
+    build_large_transcript(any_db)
+    cut_read = (sqlite if isinstance(any_db, Path) else postgres).PREVIEWS_AT_SQL
+    with serving(any_db) as viewer:
+        statements.clear()
+        page = request(viewer, session_path("big", view=view))
+        seen = list(statements)
+        whole = request(viewer, f"/api/sessions/big?view={view}&tail=1")
+    assert page.status == 200
+    assert len(page.body) < 200_000  # ten messages of 4 MiB: a few KB of each
+    assert page.text.count("(more stored; the API gives it whole)") >= 5
+    assert "summary sss" in page.text  # the compaction's summary stands where it replaced
+    assert cut_read in seen
+    assert not any(_reads_whole_events(s) for s in seen), [s for s in seen if _reads_whole_events(s)]
+    # G14: a cut message is escaped like the rest
+    assert "&lt;script&gt;window.pwned=1&lt;/script&gt;" in page.text and "<script>window" not in page.text
+    assert "\\x1b[31mRED" in page.text and "\x1b" not in page.text
+    # the API's view gives whole messages, tailed
+    (item,) = whole.json()["items"]
+    assert item["content"] == HOSTILE + "h" * BIG
+
+
+def test_a_cut_tail_is_the_tail_with_each_field_cut_in_sql(any_db: Any) -> None:
+    build_story(any_db)
+    with journal.open(any_db, readonly=True) as j:
+        for s in j.sessions():
+            for n in (0, 1, 2, 3, 50):
+                whole = j.messages(s.id, tail=n)
+                assert j.messages(s.id, tail=n, chars=100_000) == whole, (s.id, n)
+                assert j.provider_view(s.id, tail=n, chars=100_000) == j.provider_view(s.id, tail=n), (s.id, n)
+                short = j.messages(s.id, tail=n, chars=12)
+                assert [(m.seq, m.role) for m in short] == [(m.seq, m.role) for m in whole]
+                for cut, message in zip(short, whole):
+                    if isinstance(message.content, str):
+                        assert cut.content == message.content[:12]
+                        assert isinstance(cut.content, Clipped) == (len(message.content) > 12)
+
+
+@pytest.mark.parametrize(("chars", "tail"), [(10, None), (-1, 5), ("10", 5), (True, 5), (10**9, 5)])
+def test_g12_a_cut_read_with_bad_chars_is_refused_with_a_typed_error(story: Path, chars: Any, tail: Any) -> None:
+    with journal.open(story, readonly=True) as j:
+        for read in (j.messages, j.provider_view):
+            with pytest.raises(journal.InvalidArgument, match="chars"):
+                read("plain", tail=tail, chars=chars)
+
+
+def test_the_api_streams_a_log_of_large_events_a_few_mib_at_a_time(any_db: Any) -> None:
+    from journal.serve import api
+
+    build_large(any_db)
+    with journal.open(any_db, readonly=True) as j:
+        count = j.count("big")
+        pages = list(api._log_pages(j, "big", 0, count))
+    assert [e.seq for page in pages for e in page] == list(range(count))
+    for page in pages:  # each page holds about PAGE_BYTES, or one event
+        assert len(page) == 1 or sum(len(json.dumps(e.data)) for e in page) <= api.PAGE_BYTES
+
+
+def test_the_api_messages_view_is_tailed_by_default(db_path: Path) -> None:
+    with journal.open(db_path, durability="normal") as j:
+        j.create_session("long")
+        j.append_many("long", [("user_message", {"content": f"message {i}"}) for i in range(300)])
+    with serving(db_path) as viewer:
+        got = request(viewer, "/api/sessions/long?view=messages")
+        more = request(viewer, "/api/sessions/long?view=messages&tail=250")
+        too_many = request(viewer, "/api/sessions/long?view=messages&tail=5001")
+    assert got.text == cli_json(db_path, "show", "long", "--view", "messages", "--tail", "200")
+    assert len(got.json()["items"]) == 200 and len(more.json()["items"]) == 250
+    assert too_many.status == 400
+
+
+def _sse_open(viewer: Viewer, session_id: str, since: int) -> tuple[http.client.HTTPConnection, Any]:
+    conn = http.client.HTTPConnection("127.0.0.1", viewer.port, timeout=30)
+    conn.request(
+        "GET", session_path(session_id) + f"/events?since={since}", headers={"Host": f"127.0.0.1:{viewer.port}"}
+    )
+    got = conn.getresponse()
+    return conn, got
+
+
+def _wait_for(condition: Any, what: str, timeout_s: float = 20.0) -> None:
+    """Wait until ``condition()`` holds (a bound on waiting, not a measure of time)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.02)
+
+
+def test_an_idle_follower_probes_the_change_token_and_reads_no_table(db_path: Path, traced: list[str]) -> None:
+    build_large(db_path, events=2)
+    probe = "PRAGMA data_version"  # the SQLite store's change token: reads no table
+    with serving(db_path) as viewer:
+        conn, got = _sse_open(viewer, "big", since=0)
+        try:
+            assert got.status == 200
+            _wait_for(lambda: got.readline().startswith(b"data: "), "the backlog")
+            _wait_for(lambda: probe in list(traced), "the first probe")
+            traced.clear()
+            _wait_for(lambda: list(traced).count(probe) >= 5, "five probes")
+            idle = [s for s in list(traced) if s not in ("BEGIN", "COMMIT", "ROLLBACK")]  # a read's transaction
+            assert idle and all(s == probe for s in idle), [s for s in idle if s != probe]
+            with journal.open(db_path) as j:
+                j.append("big", "user_message", {"content": "news"})
+            _wait_for(lambda: b"news" in got.readline(), "the new event")
+            after = list(traced)
+            assert any(s.startswith("SELECT s.seed_length, (SELECT max(seq)") for s in after)  # then it counts
+            assert any(s == PREVIEWS_SQL for s in after)  # and reads the new event, cut in SQL
+        finally:
+            conn.close()
+
+
+def test_live_streams_are_capped_and_a_refused_one_carries_the_security_headers(story: Path) -> None:
+    with serving(story, limits=Limits(max_streams=1)) as viewer:
+        conn, got = _sse_open(viewer, "plain", since=0)
+        assert got.status == 200
+        second = request(viewer, session_path("plain") + "/events")
+        assert second.status == 503 and "default-src 'none'" in second.headers["Content-Security-Policy"]
+        assert request(viewer, "/").status == 200  # pages still answer
+        conn.close()
+
+        def reopened() -> bool:
+            again, answer = _sse_open(viewer, "plain", since=0)
+            again.close()
+            return answer.status == 200
+
+        _wait_for(reopened, "the first stream's slot to be given back")
+
+
+def test_requests_in_flight_are_capped_with_a_503_that_carries_the_security_headers(story: Path) -> None:
+    with serving(story, limits=Limits(max_requests=1)) as viewer:
+        conn, got = _sse_open(viewer, "plain", since=0)  # a stream is a request in flight while open
+        assert got.status == 200
+        busy = request(viewer, "/")
+        assert busy.status == 503 and "default-src 'none'" in busy.headers["Content-Security-Policy"]
+        conn.close()
+        _wait_for(lambda: request(viewer, "/").status == 200, "the stream's slot to be given back")
+
+
+def _raw_response(sock: socket.socket) -> bytes:
+    """What the server sends until it closes the connection."""
+    got = b""
+    while chunk := sock.recv(65536):
+        got += chunk
+    return got
+
+
+@pytest.mark.parametrize(
+    "malformed",
+    [b"GARBAGE\r\n\r\n", b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nBad Header Name: x\r\n\r\n", b"GET / HTTP/9.9\r\n\r\n"],
+)
+def test_a_malformed_request_gets_uvicorns_400_with_the_security_headers(viewer: Viewer, malformed: bytes) -> None:
+    with socket.create_connection(("127.0.0.1", viewer.port), timeout=30) as sock:
+        sock.sendall(malformed)
+        got = _raw_response(sock)
+    head = got.split(b"\r\n\r\n", 1)[0].decode("latin-1").lower()
+    assert head.startswith("http/1.1 400"), head
+    for name, value in SECURITY.items():
+        assert f"{name.lower()}: " in head and value.lower() in head, name
+
+
+def test_connections_beyond_the_cap_get_a_503_with_the_security_headers_then_a_close(story: Path) -> None:
+    with serving(story, limits=Limits(max_connections=2)) as viewer:
+        held = [http.client.HTTPConnection("127.0.0.1", viewer.port, timeout=30) for _ in range(2)]
+        try:
+            for conn in held:  # each one accepted and kept alive
+                conn.request("GET", "/", headers={"Host": f"127.0.0.1:{viewer.port}"})
+                answer = conn.getresponse()
+                assert answer.status == 200 and answer.read()
+            with socket.create_connection(("127.0.0.1", viewer.port), timeout=30) as sock:
+                sock.sendall(f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{viewer.port}\r\n\r\n".encode())
+                got = _raw_response(sock)  # the server closes it after the answer
+            head = got.split(b"\r\n\r\n", 1)[0].decode("latin-1").lower()
+            assert head.startswith("http/1.1 503"), head
+            assert "default-src 'none'" in head and "x-content-type-options: nosniff" in head
+            assert "connection: close" in head and b"too many connections" in got
+            held[0].request("GET", "/scan", headers={"Host": f"127.0.0.1:{viewer.port}"})
+            assert held[0].getresponse().status == 200  # the connections within the cap still answer
+        finally:
+            for conn in held:
+                conn.close()
+        _wait_for(lambda: request(viewer, "/").status == 200, "a connection's slot to be given back")
+
+
+def test_a_connection_that_sends_no_request_is_closed_after_the_read_timeout(story: Path) -> None:
+    with serving(story, limits=Limits(read_timeout_s=0.3)) as viewer:
+        with socket.create_connection(("127.0.0.1", viewer.port), timeout=30) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1")  # and never the rest
+            assert sock.recv(65536) == b""  # closed by the server, with nothing sent
+        assert request(viewer, "/").status == 200
+
+
+def test_a_client_that_goes_away_is_one_log_line_and_no_traceback(story: Path) -> None:
+    lines: list[str] = []
+    with serving(story, log=lines.append) as viewer:
+        conn, got = _sse_open(viewer, "plain", since=0)
+        assert got.readline().startswith(b"retry:")
+        conn.close()
+        _wait_for(lambda: any("/events" in line for line in lines), "the stream's log line")
+        request(viewer, "/nowhere")
+        _wait_for(lambda: any("/nowhere" in line for line in lines), "the next request's line")
+    streams = [line for line in lines if "/events" in line]
+    assert len(streams) == 1 and "(client went away)" in streams[0] and '" 200 ' in streams[0]
+    assert not any("Traceback" in line for line in lines)
+    assert all("\n" not in line for line in lines)
+
+
+def test_a_full_stderr_pipe_never_stalls_the_viewer(story: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    child = subprocess.Popen(
+        [sys.executable, "-m", "journal.cli", "serve", "--db", str(story), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )  # fmt: skip  (stderr is never read: its pipe fills after 64 KiB)
+    try:
+        assert child.stdout is not None
+        found = re.search(rb"http://127\.0\.0\.1:(\d+)/", child.stdout.readline())
+        assert found
+        port = int(found.group(1))
+        long_path = "/nowhere/" + "x" * 2000  # each request logs a line of 2 KB
+        for _ in range(200):  # 400 KB of log lines
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            conn.request("GET", long_path, headers={"Host": f"127.0.0.1:{port}"})
+            assert conn.getresponse().status == 404
+            conn.close()
+    finally:
+        child.kill()
+        child.communicate(timeout=30)
+
+
+def test_a_dsn_password_never_reaches_a_page_a_header_a_log_line_or_an_error(pg_dsn: str) -> None:
+    secret = "s3cret-pw-7781"
+    dsn = pg_dsn.replace("postgresql://postgres@", f"postgresql://postgres:{secret}@", 1)
+    assert secret in dsn
+    build_story(dsn)  # type: ignore[arg-type]  (journal.open takes the DSN as given)
+    lines: list[str] = []
+    seen: list[str] = []
+    with serving(dsn, log=lines.append) as viewer:  # type: ignore[arg-type]
+        for path in (
+            "/", "/scan", session_path("plain"), session_path("plain", view="messages"),
+            session_path("crashed", view="provider"), session_path("nobody"), "/nowhere", "/api/sessions",
+            "/api/sessions/plain", "/api/scan", "/api/sessions/nobody",
+        ):  # fmt: skip
+            got = request(viewer, path)
+            seen += [path, got.text, *(f"{k}: {v}" for k, v in got.headers.items())]
+        assert "postgresql://postgres:***@" in request(viewer, "/").text  # the name is shown, redacted
+        schema = re.search(r"search_path%3D(\w+)", dsn)
+        assert schema is not None
+        import psycopg
+
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:  # the journal goes away under the viewer
+            conn.execute(f"DROP SCHEMA {schema.group(1)} CASCADE")
+        for path in ("/", session_path("plain"), "/api/sessions"):
+            got = request(viewer, path)
+            assert got.status >= 400
+            seen += [got.text, *(f"{k}: {v}" for k, v in got.headers.items())]
+        _wait_for(lambda: len(lines) >= 14, "the log lines")
+    assert lines and seen
+    for text in seen + lines:
+        assert secret not in text
+
+
+def test_the_command_prints_a_dsn_redacted(pg_dsn: str) -> None:
+    secret = "s3cret-pw-9924"
+    dsn = pg_dsn.replace("postgresql://postgres@", f"postgresql://postgres:{secret}@", 1)
+    with journal.open(dsn) as j:
+        j.create_session("one")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    child = subprocess.Popen(
+        [sys.executable, "-m", "journal.cli", "serve", "--db", dsn, "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        line = child.stdout.readline() if child.stdout else ""
+        found = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        assert found, line
+        conn = http.client.HTTPConnection("127.0.0.1", int(found.group(1)), timeout=30)
+        conn.request("GET", "/sessions/one", headers={"Host": f"127.0.0.1:{found.group(1)}"})
+        assert conn.getresponse().status == 200
+        conn.close()
+    finally:
+        child.terminate()
+        out, err = child.communicate(timeout=30)
+    assert secret not in line + out + err and "***" in line

@@ -9,7 +9,6 @@ reason, when Playwright or chromium is missing.
 from __future__ import annotations
 
 import shutil
-import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,7 +40,7 @@ def browser() -> Iterator[Any]:
 def page(browser: Any) -> Iterator[Any]:
     context = browser.new_context()
     opened = context.new_page()
-    opened.set_default_timeout(10_000)
+    opened.set_default_timeout(15_000)  # a bound on waiting (a loaded machine), never a measure
     problems: list[str] = []
     opened.on("dialog", lambda dialog: (problems.append(f"dialog: {dialog.message}"), dialog.dismiss()))
     opened.on("pageerror", lambda error: problems.append(f"page error: {error}"))
@@ -77,32 +76,32 @@ def test_the_demo_crash_shows_may_have_run_on_the_call_that_may_have_run(tmp_pat
 
 
 APPENDER = """
-import sys, time, journal
+import sys, journal
 db, session_id = sys.argv[1:3]
 with journal.open(db) as j:
     j.append(session_id, "user_message", {"content": "hello from another process"})
-    print(time.time(), flush=True)
-    time.sleep(0.3)
+    print("appended", flush=True)
     j.append(session_id, "user_message", {"content": sys.argv[3]})
-    print(time.time(), flush=True)
+    print("appended", flush=True)
 """
+LIVE_S = 15  # a bound on waiting for the page to show it, not a measure (bench/serve.py --pages times it)
 
 
-def test_live_following_shows_an_event_another_process_appends_within_a_second(db_path: Path, page: Any) -> None:
+def test_live_following_shows_events_another_process_appends(db_path: Path, page: Any) -> None:
     with journal.open(db_path) as j:
         j.create_session("live")
         j.append("live", "user_message", {"content": "first"})
     with serving(db_path) as viewer:
         page.goto(at(viewer, "live"))
-        page.wait_for_function("document.getElementById('live-status').textContent.startsWith('following live')")
+        page.wait_for_function(
+            "document.getElementById('live-status').textContent.startsWith('following live')", timeout=LIVE_S * 1000
+        )
         child = python_child(APPENDER, str(db_path), "live", HOSTILE)
         assert child.stdout is not None
-        appended_at = float(child.stdout.readline())
-        page.locator("#e1").filter(has_text="hello from another process").wait_for(timeout=1000)
-        shown_after = time.time() - appended_at
-        assert shown_after < 1.0
+        assert child.stdout.readline().strip() == "appended"
+        page.locator("#e1").filter(has_text="hello from another process").wait_for(timeout=LIVE_S * 1000)
         # a hostile event arriving live is text too, and runs nothing
-        page.locator("#e2").wait_for(timeout=2000)
+        page.locator("#e2").wait_for(timeout=LIVE_S * 1000)
         assert "<script>window.pwned=1</script>" in page.locator("#e2").inner_text()
         assert page.evaluate("window.pwned") is None
         assert child.wait(timeout=30) == 0

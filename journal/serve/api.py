@@ -18,18 +18,24 @@ from journal.escape import dumps
 
 # Rows read per query when a whole listing or a whole log is streamed.
 PAGE = 1000
+PAGE_BYTES = 4 * 1024 * 1024  # stored bytes of events a streamed page of a log holds (or one event)
 VIEWS = ("log", "messages", "provider")
 
 
-def stream(head: dict[str, Any], key: str, pages: Iterable[list[Any]]) -> Iterator[str]:
-    """``dumps({**head, key: items}, indent=2)``, ``items`` given a page at a time: the same bytes
-    as the whole document, without holding it.
+def stream(
+    head: dict[str, Any], key: str, pages: Iterable[list[Any]], after: dict[str, Any] | None = None
+) -> Iterator[str]:
+    """``dumps({**head, key: items, **after}, indent=2)``, ``items`` given a page at a time: the
+    same bytes as the whole document, without holding it.
 
     ``dumps(page, indent=2)`` lays the page's items out one level shallower than the document
     does; with its brackets cut off and two spaces put after each newline it is the document's
-    text for them (every raw newline is the layout's: JSON escapes those inside strings)."""
-    opening = dumps({**head, key: []}, indent=2)  # ... "key": []\n}
-    prefix = opening[: -len("[]\n}")]
+    text for them (every raw newline is the layout's: JSON escapes those inside strings). The
+    document's own ``"key": []`` is the one at two spaces of indentation (a nested one has more)."""
+    empty = dumps({**head, key: [], **(after or {})}, indent=2)
+    marker = "\n  " + dumps(key) + ": []"
+    at = empty.index(marker) + len(marker) - len("[]")
+    prefix, closing = empty[:at], empty[at + len("[]") :]
     opened = False
     for items in pages:
         if not items:
@@ -37,7 +43,7 @@ def stream(head: dict[str, Any], key: str, pages: Iterable[list[Any]]) -> Iterat
         text = dumps(items, indent=2)  # "[\n  {...},\n  {...}\n]"
         yield (",\n  " if opened else prefix + "[\n  ") + text[2:-2].replace("\n", "\n  ")
         opened = True
-    yield "\n  ]\n}\n" if opened else opening + "\n"
+    yield ("\n  ]" + closing + "\n") if opened else empty + "\n"
 
 
 def whole(document: Any) -> str:
@@ -88,18 +94,43 @@ def show(
             head, "items", ([e.to_dict() for e in page] for page in _log_pages(j, session_id, start, info.count))
         )
     if view == "messages":
-        return iter([whole({**head, "items": [m.to_dict() for m in j.messages(session_id, tail=tail)]})])
+        return stream(head, "items", _message_pages(j.messages(session_id, tail=tail)))
     shaped = j.provider_view(session_id, tail=tail)
     missing = [
         {"assistant_seq": m.assistant_seq, "tool_call_id": m.tool_call_id, "name": m.name} for m in shaped.missing
     ]
-    return iter([whole({**head, "items": [m.to_dict() for m in shaped.messages], "missing": missing})])
+    return stream(head, "items", _message_pages(list(shaped.messages)), {"missing": missing})
+
+
+def _message_pages(messages: list[Any]) -> Iterator[list[Any]]:
+    """The messages a page of about ``PAGE_BYTES`` (or one message) at a time, each let go once
+    it is written: the document is never built whole."""
+    messages.reverse()
+    while messages:
+        page, size = [], 0
+        while messages and (not page or size < PAGE_BYTES):
+            item = messages.pop().to_dict()
+            content = item.get("content")
+            size += len(content) if isinstance(content, str) else 256
+            page.append(item)
+        yield page
 
 
 def _log_pages(j: Journal, session_id: str, start: int, stop: int) -> Iterator[list[Any]]:
-    """The events ``start..stop-1`` of a log, a page (one query) at a time."""
+    """The events ``start..stop-1`` of a log, a page at a time: up to ``PAGE`` events, fewer
+    when they are large (a page holds about ``PAGE_BYTES``, or one event), so the server holds
+    a page's bytes, not the log's. The sizes come first, from a preview read that cuts every
+    field to nothing in SQL."""
     while start < stop:
-        page = j.events(session_id, since=start, limit=min(PAGE, stop - start))
+        sizes = j.previews(session_id, since=start, limit=min(PAGE, stop - start), chars=0)
+        if not sizes:
+            return
+        count, total = 0, 0
+        for p in sizes:
+            if count and total + p.size > PAGE_BYTES:
+                break
+            count, total = count + 1, total + p.size
+        page = j.events(session_id, since=start, limit=count)
         if not page:
             return
         yield page

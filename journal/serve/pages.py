@@ -25,6 +25,7 @@ import attrs
 
 from journal import Event, Message, MissingResult, ScanReport, Session
 from journal.escape import escape
+from journal.preview import Clipped
 from journal.view import is_compaction
 
 CLIP = 2000  # characters of one stored string shown on a page (the API gives it whole)
@@ -36,10 +37,15 @@ DID_NOT_RUN = "did not run"
 
 
 def text(value: object, limit: int | None = CLIP) -> str:
-    """A stored value as HTML text: G14-escaped, cut at ``limit`` characters, HTML-escaped."""
+    """A stored value as HTML text: G14-escaped, cut at ``limit`` characters, HTML-escaped.
+
+    A ``Clipped`` value (cut short in SQL by the preview read) says that more was stored."""
     shown = escape(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str))
     if limit is not None and len(shown) > limit:
-        shown = shown[:limit] + f"… ({len(shown) - limit} more characters)"
+        more = "more" if isinstance(value, Clipped) else f"{len(shown) - limit} more characters"
+        shown = shown[:limit] + f"… ({more})"
+    elif isinstance(value, Clipped):
+        shown += "… (more stored; the API gives it whole)"
     return html.escape(shown, quote=True)
 
 
@@ -188,9 +194,7 @@ def session_header(s: Session, forks: Forks, view: str) -> str:
         )
         more = ""
         if forks.more_after is not None:
-            more = (
-                f' <a href="{url("sessions", s.id, view=view, forks_after=forks.more_after)}">more forks</a>'
-            )
+            more = f' <a href="{url("sessions", s.id, view=view, forks_after=forks.more_after)}">more forks</a>'
         parts.append(f'<p class="forks">forks: {links or "none found yet"}{more}</p>')
     tabs = "".join(
         f'<a href="{url("sessions", s.id, view=None if name == "log" else name)}"'
