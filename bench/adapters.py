@@ -14,8 +14,10 @@ rounds and the bytes on disk (database + WAL, after a checkpoint) at the end.
   on ``JournalSaver`` against ``SqliteSaver``.
 - Claude Agent SDK: a step's transcript entries (user, assistant with a ``tool_use``, user with
   its ``tool_result``, assistant), appended one at a time (the SDK's eager flush) through
-  ``JournalSessionStore``, against the SDK's own ``InMemorySessionStore`` (the SDK ships no
-  SQLite store: a store that writes nothing to disk, shown for scale only).
+  ``JournalSessionStore``, against a JSONL file store (the SDK ships no durable store; this is
+  Claude Code's own transcript format, one JSON line per entry, fsynced per append). For the
+  bytes a run adds beyond an empty journal, at several lengths:
+  ``python -c "import sys; sys.path.insert(0, 'bench'); import adapters; adapters.claude_added()"``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ def file_bytes(path: Path) -> int:
 
 
 def checkpoint_file(path: Path) -> None:
+    with open(path, "rb") as f:
+        if f.read(16) != b"SQLite format 3\x00":
+            return  # not a database (the Claude bench's JSONL reference)
     conn = sqlite3.connect(path)
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
@@ -125,6 +130,49 @@ def openai_sqlite(path: Path, steps: int) -> list[float]:
         SQLiteSession._configure_connection = staticmethod(configure)  # type: ignore[method-assign]
 
 
+def openai_added(steps: tuple[int, ...] = (200, 1000), rounds: int = 3) -> dict[str, Any]:
+    """The bytes an openai-agents run adds to an empty journal and to an empty ``SQLiteSession``
+    file (each one's fixed size subtracted), and the median time per step, at each length;
+    printed as JSON. ``python -c "import sys; sys.path.insert(0, 'bench'); import adapters;
+    adapters.openai_added()"``."""
+    from agents import SQLiteSession
+
+    import journal
+
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        fixed: dict[str, int] = {}
+        for name in ("journal", "sqlite"):
+            empty = Path(tmp) / f"empty-{name}.db"
+            if name == "journal":
+                journal.open(empty).close()
+            else:
+                session = SQLiteSession("user-1", str(empty))
+                asyncio.run(session.get_items())  # creates its tables
+                session.close()
+            checkpoint_file(empty)
+            fixed[name] = file_bytes(empty)
+        for n in steps:
+            times: dict[str, list[float]] = {"journal": [], "sqlite": []}
+            added: dict[str, int] = {}
+            for r in range(rounds):
+                for name, run in (("journal", openai_journal), ("sqlite", openai_sqlite))[:: 1 if r % 2 == 0 else -1]:
+                    path = Path(tmp) / f"openai-{name}-{n}-{r}.db"
+                    times[name].append(statistics.median(run(path, n)))
+                    checkpoint_file(path)
+                    added[name] = file_bytes(path) - fixed[name]
+            out[f"{n} steps"] = {
+                "journal ms per step": statistics.median(times["journal"]) * 1000,
+                "SQLiteSession ms per step": statistics.median(times["sqlite"]) * 1000,
+                "journal bytes added": added["journal"],
+                "SQLiteSession bytes added": added["sqlite"],
+                "bytes, journal / SQLiteSession": added["journal"] / added["sqlite"],
+            }
+    out["empty journal bytes"], out["empty SQLiteSession bytes"] = fixed["journal"], fixed["sqlite"]
+    print(json.dumps(out, indent=2))
+    return out
+
+
 # -- LangGraph -------------------------------------------------------------------------------------
 
 
@@ -200,9 +248,9 @@ def langgraph_sqlite(path: Path, steps: int) -> list[float]:
 # -- Claude Agent SDK --------------------------------------------------------------------------------
 
 
-def _claude_step(step: int) -> list[dict[str, Any]]:
+def _claude_step(step: int, output: str = "sunny in Lyon") -> list[dict[str, Any]]:
     """One step's transcript entries, as the SDK mirrors them: the question, the assistant's
-    ``tool_use``, its ``tool_result``, the answer."""
+    ``tool_use``, its ``tool_result`` (``output``), the answer."""
     session = "3f6c2a1e-9b8d-4c7e-a5f4-0e1d2c3b4a59"
 
     def entry(n: int, kind: str, content: object) -> dict[str, Any]:
@@ -215,19 +263,19 @@ def _claude_step(step: int) -> list[dict[str, Any]]:
     return [
         entry(0, "user", f"weather, step {step}?"),
         entry(1, "assistant", [{"type": "tool_use", "id": call, "name": "lookup", "input": {"city": "Lyon"}}]),
-        entry(2, "user", [{"type": "tool_result", "tool_use_id": call, "content": "sunny in Lyon"}]),
+        entry(2, "user", [{"type": "tool_result", "tool_use_id": call, "content": output}]),
         entry(3, "assistant", [{"type": "text", "text": "It is sunny in Lyon."}]),
     ]
 
 
-def _claude_run(store: Any, steps: int) -> list[float]:
+def _claude_run(store: Any, steps: int, output: str = "sunny in Lyon") -> list[float]:
     key = {"project_key": "-home-ada-shop", "session_id": "3f6c2a1e-9b8d-4c7e-a5f4-0e1d2c3b4a59"}
 
     async def run() -> list[float]:
         times = []
         for step in range(steps):
             start = time.perf_counter()
-            for one in _claude_step(step):  # the SDK's eager flush: an entry at a time
+            for one in _claude_step(step, output):  # the SDK's eager flush: an entry at a time
                 await store.append(key, [one])
             times.append(time.perf_counter() - start)
         return times
@@ -235,27 +283,75 @@ def _claude_run(store: Any, steps: int) -> list[float]:
     return asyncio.run(run())
 
 
-def claude_journal(path: Path, steps: int) -> list[float]:
+def claude_journal(path: Path, steps: int, output: str = "sunny in Lyon") -> list[float]:
     from journal.adapters.claude import JournalSessionStore
 
     store = JournalSessionStore(str(path))
     try:
-        return _claude_run(store, steps)
+        return _claude_run(store, steps, output)
     finally:
         store.close()
 
 
-def claude_memory(path: Path, steps: int) -> list[float]:
-    from claude_agent_sdk import InMemorySessionStore
+class JsonlStore:
+    """The reference store: Claude Code's own transcript format, one JSON line per entry, a
+    batch fsynced before ``append`` returns (the journal's durability="full")."""
 
-    path.touch()  # (nothing on disk: the SDK's reference store keeps the entries in memory)
-    return _claude_run(InMemorySessionStore(), steps)
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    async def append(self, key: Any, entries: list[Any]) -> None:
+        await asyncio.to_thread(self._write, entries)  # off the loop, as the journal's store writes
+
+    def _write(self, entries: list[Any]) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write("".join(json.dumps(e, separators=(",", ":")) + "\n" for e in entries))
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def claude_jsonl(path: Path, steps: int, output: str = "sunny in Lyon") -> list[float]:
+    return _claude_run(JsonlStore(path), steps, output)
+
+
+def claude_added(steps: tuple[int, ...] = (200, 1000), rounds: int = 3, output_bytes: int = 0) -> dict[str, Any]:
+    """The bytes a Claude run adds to an empty journal (its schema's fixed size subtracted)
+    against the JSONL file's, and the median time per step, at each length; printed as JSON.
+    ``output_bytes``: the tool's output in each step (default: the loop's 13-byte answer)."""
+    output = ("sunny in Lyon; " * (output_bytes // 15 + 1))[:output_bytes] if output_bytes else "sunny in Lyon"
+    from journal.adapters.claude import JournalSessionStore
+
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        empty = Path(tmp) / "empty.db"
+        JournalSessionStore(str(empty)).close()
+        checkpoint_file(empty)
+        fixed = file_bytes(empty)
+        for n in steps:
+            times: dict[str, list[float]] = {"journal": [], "jsonl": []}
+            added: dict[str, int] = {}
+            for r in range(rounds):
+                for name, run in (("journal", claude_journal), ("jsonl", claude_jsonl))[:: 1 if r % 2 == 0 else -1]:
+                    path = Path(tmp) / f"claude-{name}-{n}-{r}.db"
+                    times[name].append(statistics.median(run(path, n, output)))
+                    checkpoint_file(path)
+                    added[name] = file_bytes(path) - (fixed if name == "journal" else 0)
+            out[f"{n} steps"] = {
+                "journal ms per step": statistics.median(times["journal"]) * 1000,
+                "jsonl ms per step": statistics.median(times["jsonl"]) * 1000,
+                "journal bytes added": added["journal"],
+                "jsonl bytes": added["jsonl"],
+                "bytes, journal / jsonl": added["journal"] / added["jsonl"],
+            }
+    out["empty journal bytes"] = fixed
+    print(json.dumps(out, indent=2))
+    return out
 
 
 CONTENDERS: dict[str, dict[str, Callable[[Path, int], list[float]]]] = {
     "openai-agents": {"JournalSession + hooks": openai_journal, "SQLiteSession": openai_sqlite},
     "LangGraph": {"JournalSaver": langgraph_journal, "SqliteSaver": langgraph_sqlite},
-    "Claude SDK": {"JournalSessionStore": claude_journal, "InMemorySessionStore": claude_memory},
+    "Claude SDK": {"JournalSessionStore": claude_journal, "JSONL file (fsync)": claude_jsonl},
 }
 
 

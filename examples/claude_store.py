@@ -8,7 +8,9 @@ With a real agent, the store is one option::
 Here we play the SDK's part: append a transcript in Claude Code's own entry format, as the SDK
 mirrors it, ending in a ``tool_use`` whose result never came (the process was killed while the
 tool ran). Then we look with the journal's eyes: ``journal show`` and ``journal scan`` see the
-pending call, and ``repair`` answers it in Claude's shape so a resume sends no orphan call.
+pending call; ``repair(store, key)`` (or ``journal recover`` from a shell: the same one recovery)
+records that it MAY have run, and ``load`` -- what the SDK resumes from -- shows that answer in
+Claude's own shape, right after the call, so a resume sends no orphan call and nothing re-runs.
 
 Run:  python examples/claude_store.py
 """
@@ -23,7 +25,7 @@ from typing import Any
 
 from claude_agent_sdk import SessionKey
 
-from journal.adapters.claude import JournalSessionStore, journal_session_id
+from journal.adapters.claude import JournalSessionStore, arepair, journal_session_id
 from journal.cli import main as journal_cli
 
 SESSION = "3f6c2a1e-9b8d-4c7e-a5f4-0e1d2c3b4a59"
@@ -75,11 +77,12 @@ async def demo(db: Path) -> None:
         session = journal_session_id(KEY)
         cli("show", "--db", str(db), session)
         cli("scan", "--db", str(db))
-        repaired = await store.repair(KEY)  # at restart, before resuming the session
-        (block,) = repaired[0]["message"]["content"]  # type: ignore[typeddict-item]
-        print(
-            f"\nrepair appended, in Claude's shape: {block['type']} for {block['tool_use_id']}: {block['content'][:50]}..."
-        )
+        repaired = await arepair(store, KEY)  # at restart, before resuming the session
+        print(f"\nrepair recovered: {[e.type for e in repaired.recovered]}")
+        *_, answer = await store.load(KEY) or []  # what a resume sends Claude: the call answered
+        (block,) = answer["message"]["content"]  # type: ignore[typeddict-item]
+        said = block["content"][block["content"].find("It MAY") :][:40]
+        print(f"load shows, in Claude's shape: {block['type']} for {block['tool_use_id']}: {said}...")
         cli("scan", "--db", str(db))
 
 

@@ -92,8 +92,8 @@ if __name__ == "__main__":
     for call in journal.scan().pending_calls:
         print(f"3. the restart scan: call {call.call_id} to {call.name!r} was dispatched and has no result")
     config = {"configurable": {"thread_id": "bill-2"}}
-    for message in repair(graph, config).tool_messages:
-        print(f"4. repair adds a ToolMessage for {message.tool_call_id}: {message.content[:80]}...")
+    for message in repair(graph, config).added:
+        print(f"4. repair stores a ToolMessage for {message.tool_call_id}: {message.content[:80]}...")
     out = graph.invoke(None, config, durability="sync")
     print("5. the run goes on:", out["messages"][-1].content[:70])
     print("6. payments made:", db.with_suffix(".payments").read_text().count("paid"), "(one per run: none repeated)")

@@ -4,8 +4,9 @@ Run it:  python examples/openai_agents_bot.py [path/to/agent.db]
 
 It plugs the journal in (one line), runs a turn that pays an invoice, then simulates a crash in
 the middle of a second payment -- right after the side effect, before anything reports back --
-and restarts: ``scan`` names the call that may have run, ``repair`` answers it in the
-framework's own shape, and the next run does not pay again.
+and restarts: ``scan`` names the call that may have run, ``arepair`` runs the journal's one
+recovery (``journal recover`` from a shell would do the same), the session's items then show the
+call answered in the framework's own shape, and the next run does not pay again.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from agents.testing.model import assistant_message, function_call
 from agents.usage import Usage
 
 import journal
-from journal.adapters.openai_agents import JournalSession, journal_run, repair
+from journal.adapters.openai_agents import JournalSession, arepair, journal_run
 
 
 class SimulatedCrash(BaseException):
@@ -83,9 +84,11 @@ async def main(path: Path) -> None:
         for call in j.scan().pending_calls:
             print(f"scan: call {call.call_id} ({call.name}) was dispatched and has no result: it MAY have run")
     session = JournalSession("customer-7", path)
-    fixed = await repair(session)
-    for item in fixed.added:
-        print("repair added:", item["type"], item.get("output", item.get("arguments")))
+    fixed = await arepair(session)  # journal_run would do it too; shown here to see what it did
+    print("repair: recovery appended", [e.type for e in fixed.recovered])
+    for item in await session.get_items():
+        if item.get("type") in ("function_call", "function_call_output"):
+            print("the next run sees:", item["type"], item.get("output", item.get("arguments")))
     result = await journal_run(agent, "Did you pay invoice B-2", session=session)
     print("run 3:", result.final_output[:80], "...")
     print("payments made:", payments, "(B-2 once)")

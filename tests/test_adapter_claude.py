@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("claude_agent_sdk", reason="the adapter's framework (extra [claude]) is not installed")
 
@@ -27,7 +29,20 @@ from claude_agent_sdk import (
 from claude_agent_sdk.testing import run_session_store_conformance
 
 import journal
-from journal.adapters.claude import ENTRY, JournalSessionStore, journal_session_id
+from journal.adapters.claude import (
+    ENTRY,
+    JournalSessionStore,
+    Repaired,
+    SessionKeyMismatch,
+    arepair,
+    entries_of,
+    journal_session_id,
+    owed_calls,
+    project,
+    repair,
+)
+from journal.adapters.claude_entries import answer_uuid
+from journal.model import Event
 
 from .conftest import python_child
 
@@ -178,7 +193,7 @@ def test_entries_round_trip_deep_equal_with_nested_content_and_unicode(store: Jo
     assert run(store.load(key())) == [*entries[:5], odd, *entries[5:]]
     with fresh() as other:  # durable: a new connection reads the same
         sid = journal_session_id(key())
-        assert [e.data["entry"] for e in other.events(sid, types=[ENTRY])] == [*entries[:5], odd, *entries[5:]]
+        assert entries_of(other, sid) == [*entries[:5], odd, *entries[5:]]
         assert other.session(sid).meta == {
             "claude.project_key": "-home-ada-proj", "claude.session_id": SID, "claude.transcript": "main",
         }  # fmt: skip
@@ -269,37 +284,63 @@ def test_typed_events_messages_and_scan_agree_on_a_trailing_tool_use_and_recover
     assert synthetic.data["tool_call_id"] == "toolu_04" and synthetic.data["metadata"]["risk"] == "tool_outcome_unknown"
     assert (end.type, end.data["reason"]) == ("turn_end", "interrupted")
     assert j.scan().clean and all(not r.appended for r in j.recover())  # idempotent (G8)
-    assert run(store.load(key())) == entries  # recovery wrote typed events only
+    # Recovery wrote typed events only; the store's read projects them in Claude's shape.
+    assert entries_of(j, sid) == entries
+    *verbatim, answer = run(store.load(key()))
+    assert verbatim == entries and answer["parentUuid"] == entries[-1]["uuid"]
+    assert answer["message"]["content"][0]["tool_use_id"] == "toolu_04"
 
 
-def test_repair_answers_the_orphan_tool_use_in_claudes_own_shape_once(store: JournalSessionStore) -> None:
+def asked_and_answered(entries: list[dict[str, Any]]) -> tuple[set[str], set[str]]:
+    asked = {
+        b["id"] for e in entries if e["type"] == "assistant" for b in e["message"]["content"] if b["type"] == "tool_use"
+    }
+    answered = {b["tool_use_id"] for e in entries if e["type"] == "user" and isinstance(e["message"]["content"], list)
+                for b in e["message"]["content"] if b["type"] == "tool_result"}  # fmt: skip
+    return asked, answered
+
+
+def test_g8_repair_answers_the_orphan_tool_use_in_claudes_own_shape_once_and_load_shows_it(
+    store: JournalSessionStore, fresh
+) -> None:
     entries = coding_session()
     run(store.append(key(), entries))
-    repaired = run(store.repair(key()))
-    assert [b["tool_use_id"] for r in repaired for b in r["message"]["content"]] == ["toolu_04"]
-    (entry,) = repaired
+    repaired = run(arepair(store, key()))
+    assert isinstance(repaired, Repaired) and repaired.session_id == journal_session_id(key())
+    synthetic, end = repaired.recovered
+    assert (synthetic.type, synthetic.data["tool_call_id"], end.type) == ("tool_result", "toolu_04", "turn_end")
+    assert repaired.added == () and repaired.unanswered == () and repaired.live_owner is None
+    again = repair(store, key())  # idempotent (G8): nothing more to recover, the same view
+    assert again.recovered == () and again.unanswered == ()
+    loaded = run(store.load(key()))
+    *verbatim, entry = loaded
+    assert verbatim == entries
     assert entry["type"] == "user" and entry["parentUuid"] == entries[-1]["uuid"] and entry["sessionId"] == SID
     block = entry["message"]["content"][0]
     assert block["is_error"] is True and "MAY have run" in block["content"]
-    assert run(store.repair(key())) == []  # idempotent: nothing more to repair
-    loaded = run(store.load(key()))
-    assert loaded == [*entries, entry]
-    asked = {
-        b["id"] for e in loaded if e["type"] == "assistant" for b in e["message"]["content"] if b["type"] == "tool_use"
-    }
-    answered = {b["tool_use_id"] for e in loaded if e["type"] == "user" and isinstance(e["message"]["content"], list)
-                for b in e["message"]["content"] if b["type"] == "tool_result"}  # fmt: skip
+    asked, answered = asked_and_answered(loaded)
     assert asked == answered  # no orphan tool_use left for the provider to refuse
+    with JournalSessionStore(fresh()) as other:  # the same view from another connection, every time
+        assert run(other.load(key())) == loaded == run(store.load(key()))
     j, sid = store.journal, journal_session_id(key())
     assert j.scan().clean and j.check() == []
-    results = [e for e in j.events(sid) if e.type in ("tool_result", "tool_result_late")]
-    assert [e.type for e in results] == ["tool_result"] * 4  # the repair entry's result is the synthetic one
-    # Claude resumes: the next turn is derived as usual.
+    assert entries_of(j, sid) == entries  # nothing framework-shaped stored
+    # Claude resumes from what load showed: its next entries chain to the answer; if it writes the
+    # answer back (it resumed from it), that is the same entry, stored once, with no second result.
     t = Transcript(SID, seed="after")
     t.parent = entry["uuid"]
     t.say("The deploy may have run; please check before I retry.")
-    run(store.append(key(), t.entries))
+    run(store.append(key(), [entry, *t.entries]))
+    run(store.append(key(), [entry]))
+    assert run(store.load(key())) == [*entries, entry, *t.entries]
+    results = [e for e in j.events(sid) if e.type in ("tool_result", "tool_result_late")]
+    assert [e.type for e in results] == ["tool_result"] * 4
     assert j.scan().clean and j.check() == []
+
+
+def test_repair_of_a_key_never_stored_does_nothing(store: JournalSessionStore) -> None:
+    assert repair(store, key("never")) == Repaired(journal_session_id(key("never")))
+    assert run(store.load(key("never"))) is None
 
 
 def test_a_result_for_an_unknown_call_is_stored_verbatim_and_left_out_of_the_typed_layer(
@@ -357,7 +398,7 @@ def test_delete_of_a_subpath_removes_only_it_and_a_journal_fork_keeps_its_own_co
     fork = j.fork(journal_session_id(key()), id="my-fork").id
     run(store.delete(key()))
     assert run(store.load(key())) is None and run(store.list_sessions("-home-ada-proj")) == []
-    assert [e.data["entry"] for e in j.events(fork, types=[ENTRY])] == coding_session(crash=False)
+    assert entries_of(j, fork) == coding_session(crash=False)
 
 
 # -- two processes ----------------------------------------------------------------------------------------
@@ -414,7 +455,7 @@ def race_transcript() -> list[dict[str, Any]]:
             t.user(f"step {round_}.{k}")
             t.tool_use(f"toolu_{round_}_{k}", "Bash", command=f"echo {round_}{k}")
             t.result(f"toolu_{round_}_{k}", f"{round_}{k}")
-            t.say(f"did {round_}.{k}")
+            t.say(f"did {round_}.{k}: " + "a long answer, stored once in its typed event " * 2)
         entries += t.entries
     return entries
 
@@ -485,6 +526,7 @@ def test_g12_an_entry_the_journal_cannot_hold_is_refused_and_nothing_of_its_batc
         assert run(store.load(key())) == entries
 
 
+@pytest.mark.sqlite_only(reason="holds SQLite's write lock through apsw (the async face is the same on both)")
 def test_async_appends_wait_for_the_write_lock_off_the_event_loop(db_path: Path) -> None:
     import threading
 
@@ -512,3 +554,322 @@ def test_async_appends_wait_for_the_write_lock_off_the_event_loop(db_path: Path)
         worst_gap, ticks = run(scenario(store))
         assert ticks >= 20 and worst_gap < 0.1  # the loop ran all along the 0.3 s wait
         assert run(store.load(key())) == coding_session()
+
+
+# -- the projection: what recovery wrote, in Claude's shape (pure) -----------------------------------------
+
+
+def answer_of(call_id: str, content: str = "It MAY have run", *, time_ms: int = 1_750_000_000_000) -> Event:
+    data = {"tool_call_id": call_id, "content": content, "is_error": True, "metadata": {"synthetic": True}}
+    return Event("s", 0, "tool_result", data, time_ms)
+
+
+def chain(*specs: tuple[str, str, Any]) -> list[dict[str, Any]]:
+    """Entries from (uuid, kind, content) specs, each the child of the one before; ``kind`` is
+    ``use:<message id>`` (content: call ids), ``result`` (content: a call id) or ``prompt``."""
+    out: list[dict[str, Any]] = []
+    for uid, kind, content in specs:
+        entry: dict[str, Any] = {"parentUuid": out[-1]["uuid"] if out else None, "uuid": uid, "sessionId": "S"}
+        if kind.startswith("use:"):
+            blocks = [{"type": "tool_use", "id": c, "name": "Bash", "input": {}} for c in content]
+            entry |= {"type": "assistant", "message": {"id": kind[4:], "role": "assistant", "content": blocks}}
+        elif kind == "result":
+            block = {"type": "tool_result", "tool_use_id": content, "content": "ok"}
+            entry |= {"type": "user", "message": {"role": "user", "content": [block]}}
+        else:
+            entry |= {"type": "user", "message": {"role": "user", "content": content}}
+        out.append(entry)
+    return out
+
+
+def shape(entries: list[Any]) -> list[tuple[Any, Any]]:
+    """(uuid, parentUuid) of each entry, a projected answer named ``answer:<call id>``."""
+    out = []
+    for e in entries:
+        uid = e["uuid"]
+        if e.get("message", {}).get("content") and isinstance(e["message"]["content"], list):
+            block = e["message"]["content"][0]
+            if block.get("type") == "tool_result" and uid == answer_uuid("s", block["tool_use_id"]):
+                uid = "answer:" + block["tool_use_id"]
+        out.append(uid)
+    names = {e["uuid"]: n for e, n in zip(entries, out)}
+    return [(n, names.get(e["parentUuid"], e["parentUuid"])) for e, n in zip(entries, out)]
+
+
+PROJECTIONS = [
+    pytest.param(
+        chain(("u1", "prompt", "pay"), ("a1", "use:m1", ["c1"])),
+        {"c1"},
+        [("u1", None), ("a1", "u1"), ("answer:c1", "a1")],
+        id="a-trailing-call-is-answered-right-after-it",
+    ),
+    pytest.param(
+        chain(("u1", "prompt", "pay"), ("a1", "use:m1", ["c1"]), ("u2", "prompt", "and then?")),
+        {"c1"},
+        [("u1", None), ("a1", "u1"), ("answer:c1", "a1"), ("u2", "answer:c1")],
+        id="an-answer-goes-before-anything-later-which-now-follows-it",
+    ),
+    pytest.param(
+        chain(("a1", "use:m1", ["c1", "c2"]), ("u2", "prompt", "next")),
+        {"c1", "c2"},
+        [("a1", None), ("answer:c1", "a1"), ("answer:c2", "answer:c1"), ("u2", "answer:c2")],
+        id="two-calls-of-one-entry-are-answered-in-their-order",
+    ),
+    pytest.param(
+        chain(("a1", "use:m1", ["c1"]), ("a2", "use:m1", ["c2"]), ("r1", "result", "c1")),
+        {"c1", "c2"},
+        [("a1", None), ("a2", "a1"), ("answer:c2", "a2"), ("r1", "answer:c2")],
+        id="a-message-split-in-entries-is-answered-after-its-last-entry-and-a-stored-answer-wins",
+    ),
+    pytest.param(
+        chain(("a1", "use:m1", ["c1"]), ("r1", "result", "c1")),
+        {"c1"},
+        [("a1", None), ("r1", "a1")],
+        id="a-call-the-entries-answer-shows-their-answer-only",
+    ),
+    pytest.param(
+        chain(("a1", "use:m1", ["c1"])),
+        set(),
+        [("a1", None)],
+        id="a-call-the-journal-has-no-result-for-stays-as-stored",
+    ),
+]
+
+
+@pytest.mark.parametrize(("entries", "answered", "expected"), PROJECTIONS)
+def test_the_projection_puts_each_answer_the_journal_holds_right_after_its_call(
+    entries: list[dict[str, Any]], answered: set[str], expected: list[tuple[Any, Any]]
+) -> None:
+    stored = json.loads(json.dumps(entries))
+    results = {c: answer_of(c) for c in answered}
+    projected = project("s", entries, results)
+    assert shape(projected) == expected
+    assert entries == stored  # the stored entries are never changed (copies are re-chained)
+    assert project("s", entries, results) == projected  # the same every read
+    asked, replied = asked_and_answered(projected)
+    assert asked - replied == asked - replied - answered and (answered & asked) <= replied
+
+
+def test_a_projected_answer_is_claudes_own_error_result_dated_by_the_recovery() -> None:
+    entries = chain(("u1", "prompt", "pay"), ("a1", "use:m1", ["c1"]))
+    entries[1] |= {"cwd": "/home/ada", "version": "2.0.14", "isSidechain": False, "userType": "external"}
+    *_, answer = project("s", entries, {"c1": answer_of("c1", "It MAY have run.", time_ms=1_750_000_000_123)})
+    assert answer == {
+        "parentUuid": "a1", "isSidechain": False, "userType": "external", "cwd": "/home/ada", "sessionId": "S",
+        "version": "2.0.14", "type": "user",
+        "message": {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "c1", "content": "It MAY have run.", "is_error": True}
+        ]},
+        "uuid": answer_uuid("s", "c1"), "timestamp": "2025-06-15T15:06:40.123Z", "toolUseResult": "Error: It MAY have run.",
+    }  # fmt: skip
+    assert owed_calls(entries) == ["c1"] and owed_calls([*entries, answer]) == []
+
+
+ENTRY_SPECS = st.lists(
+    st.tuples(
+        st.sampled_from(["prompt", "use:m1", "use:m2", "result", "junk"]),
+        st.lists(st.sampled_from(["c1", "c2", "c3"]), min_size=1, max_size=2, unique=True),
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(specs=ENTRY_SPECS, answered=st.sets(st.sampled_from(["c1", "c2", "c3"])))
+def test_the_projection_keeps_every_entry_in_order_and_answers_each_owed_call_once(
+    specs: list[tuple[str, list[str]]], answered: set[str]
+) -> None:
+    built = chain(*((f"e{i}", k if k != "result" else "result", c if k.startswith("use") else c[0])
+                    for i, (k, c) in enumerate(specs) if k != "junk"))  # fmt: skip
+    entries: list[Any] = [*built, "not an entry", {"type": "summary"}]
+    results = {c: answer_of(c) for c in answered}
+    projected = project("s", entries, results)
+    verbatim = [e for e in projected if not (isinstance(e, dict) and str(e.get("uuid", "")).count("-") == 4)]
+    assert [e if not isinstance(e, dict) else {**e, "parentUuid": None} for e in verbatim] == [
+        e if not isinstance(e, dict) else {**e, "parentUuid": None} for e in entries
+    ]  # nothing dropped, nothing re-ordered; only the links of re-chained copies differ
+    owed = set(owed_calls(entries))
+    assert set(owed_calls(projected)) == owed - answered  # each answered once, the rest still owed
+    uuids = [e["uuid"] for e in projected if isinstance(e, dict) and "uuid" in e]
+    assert len(uuids) == len(set(uuids))
+    known = set(uuids)
+    for e in projected:  # one chain: every link names an entry of the transcript
+        if isinstance(e, dict) and e.get("parentUuid") is not None:
+            assert e["parentUuid"] in known
+    assert project("s", projected, results) == projected  # idempotent
+
+
+# -- ids are injective (issue 25 item 9) -----------------------------------------------------------------
+
+
+def test_a_key_spelled_like_another_keys_hashed_id_gets_its_own_session(store: JournalSessionStore) -> None:
+    odd = key(session_id="with space")
+    hashed = journal_session_id(odd)
+    assert hashed.startswith("claude/#")
+    digest = hashed[len("claude/#") :]
+    forgers = [
+        key(session_id=digest, project="#"),  # readable would be claude/#/<digest>
+        key(session_id="x", project="#" + digest),
+        key(session_id="x", project="-p", subpath="#" + digest),
+        key(session_id=hashed.replace("/", "_")),
+    ]
+    ids = [journal_session_id(k) for k in [odd, *forgers]]
+    assert len(set(ids)) == len(ids)
+    for k in [odd, *forgers]:
+        run(store.append(k, [{"type": "user", "uuid": "u-" + str(k), "message": {"content": str(k)}}]))
+    for k in [odd, *forgers]:
+        assert run(store.load(k)) == [{"type": "user", "uuid": "u-" + str(k), "message": {"content": str(k)}}]
+
+
+def test_slashes_in_parts_never_make_two_keys_one_session() -> None:
+    keys = [
+        key(session_id="b/c", project="a"),
+        key(session_id="c", project="a/b"),
+        key(session_id="b", project="a", subpath="c"),
+        key(session_id="b", project="a", subpath="c/d"),
+        key(session_id="b/c", project="a", subpath="d"),
+        key(session_id="b", project="a/c", subpath="d"),
+    ]
+    assert len({journal_session_id(k) for k in keys}) == len(keys)
+
+
+KEY_TEXT = st.text(alphabet="ab/#c -\u00e9", min_size=1, max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    first=st.tuples(KEY_TEXT, KEY_TEXT, st.none() | KEY_TEXT),
+    second=st.tuples(KEY_TEXT, KEY_TEXT, st.none() | KEY_TEXT),
+)
+def test_two_different_keys_never_map_to_one_session(first: tuple[str, str, Any], second: tuple[str, str, Any]) -> None:
+    one, two = (key(s, project=p, subpath=sub) for p, s, sub in (first, second))
+    assert (journal_session_id(one) == journal_session_id(two)) == (first == second)
+
+
+def test_g12_a_session_made_by_hand_under_a_keys_id_is_refused_and_nothing_is_written(
+    store: JournalSessionStore,
+) -> None:
+    j, sid = store.journal, journal_session_id(key())
+    j.create_session(sid, meta={"owner": "someone else"})
+    j.append(sid, "user_message", {"content": "not a Claude transcript"})
+    with pytest.raises(SessionKeyMismatch) as refused:
+        run(store.append(key(), coding_session()))
+    assert refused.value.session_id == sid and refused.value.stored is None
+    assert "someone else" not in str(refused.value)
+    with pytest.raises(SessionKeyMismatch):
+        run(store.load(key()))
+    with pytest.raises(SessionKeyMismatch):
+        repair(store, key())
+    with pytest.raises(SessionKeyMismatch):
+        run(store.delete(key()))  # never erased for a key that does not own it
+    assert j.count(sid) == 1 and j.scan().clean
+
+
+# -- each item stored once (issue 31 item 5) ---------------------------------------------------------------
+
+
+def stored_text(j: journal.Journal, sid: str) -> str:
+    return "\n".join(json.dumps(e.data, ensure_ascii=False) for e in j.events(sid))
+
+
+def test_a_prompt_a_tool_input_and_output_are_stored_once_and_rebuilt_exactly(
+    store: JournalSessionStore, fresh
+) -> None:
+    prompt = "Summarise the release notes below, ünïcode ✓ and all: " + "notes " * 40
+    listing = "\n".join(f"line {n}: " + "x" * 30 for n in range(50))
+    arguments = {"zeta": "first key, not sorted", "alpha": [1, 2.5, True, None], "path": "/home/ada/proj/" + "d/" * 20}
+    thinking = "I should read the file before answering. " * 3
+    t = Transcript(SID)
+    t.user(prompt)
+    t.assistant({"type": "thinking", "thinking": thinking, "signature": "sig"})
+    t.assistant({"type": "tool_use", "id": "toolu_big", "name": "Read", "input": arguments}, stop="tool_use")
+    t.result("toolu_big", listing)
+    t.result("toolu_big", listing)  # the same output again (a retried tool): kept whole, G5 decides
+    t.say("The notes: " + "a long answer " * 10)
+    t.entries.append({"type": "user", "message": {"role": "user", "content": "no uuid: " + "y" * 80}})
+    run(store.append(key(), t.entries))
+    sid = journal_session_id(key())
+    with fresh() as other:
+        assert entries_of(other, sid) == t.entries
+        assert json.dumps(run(JournalSessionStore(other).load(key()))) == json.dumps(t.entries)  # key order too
+        text = stored_text(other, sid)
+        assert text.count("notes " * 40) == 1 and text.count(json.dumps(thinking)[1:-1]) == 1
+        assert text.count(json.dumps(arguments["path"])) == 1
+        assert text.count("a long answer " * 10) == 1
+        assert text.count("line 49: ") == 4  # once for the first result; the second is kept whole, and late
+        assert text.count("y" * 80) == 2  # no uuid: the entry keeps its text (it may be stored again)
+        # The typed reads are what they were: the messages view holds every text.
+        messages = other.messages(sid)
+        assert messages[0].content == prompt and messages[1].reasoning == thinking
+        assert messages[2].tool_calls[0]["arguments"] == arguments and messages[3].content == listing
+        assert other.check() == []
+
+
+def test_entries_stored_alone_after_a_refused_derivation_are_stored_whole(store: JournalSessionStore) -> None:
+    from journal.adapters import claude
+
+    t = Transcript(SID)
+    t.user("Deploy, please: " + "z" * 80)
+    rounds, claude.MAX_ROUNDS = claude.MAX_ROUNDS, 0  # no plan: the entries alone
+    try:
+        run(store.append(key(), t.entries))
+    finally:
+        claude.MAX_ROUNDS = rounds
+    assert run(store.load(key())) == t.entries
+    assert stored_text(store.journal, journal_session_id(key())).count("z" * 80) == 1
+
+
+def test_a_resume_without_repair_is_logged_naming_repair_and_the_call_owed(
+    store: JournalSessionStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    entries = coding_session()  # ends in toolu_04 without a result: a crash
+    run(store.append(key(), entries))
+    t = Transcript(SID, seed="next")
+    t.parent = entries[-1]["uuid"]
+    t.user("\x1b[2Jhello again")  # Claude went on without a repair
+    with caplog.at_level("WARNING", logger="journal.adapters.claude"):
+        run(store.append(key(), t.entries))
+    (record,) = [r for r in caplog.records if r.levelname == "WARNING"]
+    text = record.getMessage()
+    assert "journal.adapters.claude.repair(store, key)" in text and "toolu_04" in text
+    assert repair(store, key()).recovered  # the journal still owed it: repair answers it now
+    assert owed_calls(run(store.load(key()))) == []
+
+
+def test_an_entry_whose_holes_name_no_typed_event_is_reported_corrupt_not_rebuilt_wrong(
+    store: JournalSessionStore,
+) -> None:
+    run(store.append(key(), coding_session()[:1]))
+    sid = journal_session_id(key())
+    bogus = {
+        "entry": {"type": "user", "message": {"content": None}},
+        "holes": [[["message", "content"], 5, ["content"], "user_message"]],
+    }
+    store.journal.append(sid, ENTRY, bogus)  # written by hand: no user_message five events on
+    with pytest.raises(journal.CorruptJournal, match="user_message at seq"):
+        run(store.load(key()))
+
+
+@pytest.mark.parametrize("went_on", [False, True], ids=["resumed-after-recovery", "went-on-before-recovery"])
+def test_g8_the_sdks_own_reader_follows_the_chain_through_a_recovered_calls_answer(
+    tmp_path: Path, store: JournalSessionStore, went_on: bool
+) -> None:
+    directory = str(tmp_path / "proj")
+    k = key(project=project_key_for_directory(directory))
+    entries = coding_session()  # ends in toolu_04 without a result
+    run(store.append(k, entries))
+    t = Transcript(SID, seed="next")
+    if went_on:  # Claude went on from the unanswered call itself, before anyone recovered
+        t.parent = entries[-1]["uuid"]
+        t.user("next?")
+        run(store.append(k, t.entries))
+    store.journal.recover()  # the engine's recovery, no repair
+    if not went_on:  # resumed from what load showed: chained to the projected answer
+        t.parent = run(store.load(k))[-1]["uuid"]
+        t.user("next?")
+        run(store.append(k, t.entries))
+    messages = run(get_session_messages_from_store(store, SID, directory=directory))
+    tail = [(m.type, m.message["content"]) for m in messages[-3:]]
+    assert tail[0][0] == "assistant" and tail[0][1][0]["id"] == "toolu_04"
+    assert tail[1][0] == "user" and tail[1][1][0]["tool_use_id"] == "toolu_04" and tail[1][1][0]["is_error"] is True
+    assert tail[2] == ("user", "next?")

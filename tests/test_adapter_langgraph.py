@@ -30,7 +30,7 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from pydantic import Field
 
 import journal
-from journal.adapters.langgraph import CHECKPOINT, WRITE, JournalSaver, repair, session_id_for
+from journal.adapters.langgraph import CHECKPOINT, WRITE, JournalSaver, arepair, repair, session_id_for
 from journal.cli import main
 from journal.testing import Ledger
 
@@ -310,10 +310,12 @@ def test_g6_g9_after_a_kill_inside_a_tool_repair_answers_the_call_and_the_next_r
 
         graph, model = build_agent(saver, str(ledger.path))  # this process's tool would not die
         repaired = repair(graph, THREAD)
-        assert {m.tool_call_id for m in repaired.tool_messages} == calls
-        assert all("MAY have run" in m.content and m.status == "error" for m in repaired.tool_messages)
+        assert {m.tool_call_id for m in repaired.added} == calls and repaired.unanswered == ()
+        assert all("MAY have run" in m.content and m.status == "error" for m in repaired.added)
+        assert {e.type for e in repaired.recovered} == {"tool_result", "turn_end"}
         assert j.scan().clean
-        assert repair(graph, THREAD).tool_messages == ()  # idempotent: nothing is owed any more
+        again = repair(graph, THREAD)  # idempotent: nothing is owed any more
+        assert again.added == () and again.recovered == ()
         assert graph.get_state(THREAD).next == ("agent",)  # the tool node is done, not pending
 
         out = graph.invoke(None, THREAD, durability="sync")
@@ -388,3 +390,190 @@ def test_importing_the_adapter_without_langgraph_names_the_extra() -> None:
         """
     )
     assert "agent-journal[langgraph]" in done.stdout, done.stderr
+
+
+# -- ids, the tool node, the projection ------------------------------------------------------------------
+
+
+def test_issue25_thread_ids_map_injectively_even_one_spelled_as_anothers_hashed_form(tmp_path: Path) -> None:
+    odd = "a thread/with spaces"
+    hashed = session_id_for(odd)
+    assert hashed.startswith("lg~")
+    assert session_id_for(hashed) != hashed  # an id in the hashed form is hashed again, never kept
+    with JournalSaver(tmp_path / "j.db") as saver:
+        graph, _ = build_agent(saver, str(tmp_path / "ledger"))
+        graph.invoke({"messages": [HumanMessage("first")]}, {"configurable": {"thread_id": odd}}, durability="sync")
+        graph.invoke({"messages": [HumanMessage("second")]}, {"configurable": {"thread_id": hashed}}, durability="sync")
+        first = graph.get_state({"configurable": {"thread_id": odd}}).values["messages"]
+        second = graph.get_state({"configurable": {"thread_id": hashed}}).values["messages"]
+        assert first[0].content == "first" and second[0].content == "second"
+        metas = {s.id: s.meta["thread_id"] for s in saver.journal.sessions(meta={"adapter": "langgraph"})}
+        assert metas == {hashed: odd, session_id_for(hashed): hashed}
+
+
+def test_g12_repair_names_the_tool_nodes_when_it_cannot_tell_which_one_runs_the_tools(tmp_path: Path) -> None:
+    @tool
+    def noop() -> str:
+        """Nothing."""
+        return ""
+
+    with JournalSaver(tmp_path / "j.db") as saver:
+        builder = StateGraph(MessagesState)
+        builder.add_node("left", ToolNode([noop]))
+        builder.add_node("right", ToolNode([noop]))
+        builder.add_edge(START, "left")
+        builder.add_edge("left", "right")
+        graph = builder.compile(checkpointer=saver)
+        saver.journal.create_session("t1")
+        saver.journal.append("t1", "turn_start", {"turn": 1})
+        calls = [{"id": "c1", "name": "noop", "arguments": {}}]
+        saver.journal.append("t1", "assistant_message", {"content": "", "tool_calls": calls})
+        saver.journal.append("t1", "tool_call", {"id": "c1", "name": "noop"})
+        ask = AIMessage("", tool_calls=[{"id": "c1", "name": "noop", "args": {}}])
+        graph.update_state(THREAD, {"messages": [HumanMessage("go"), ask]}, as_node="right")  # nothing runs next
+        count = saver.journal.count("t1")
+        with pytest.raises(journal.ToolNodeNotFound) as caught:
+            repair(graph, THREAD)
+        assert caught.value.candidates == ("left", "right") and "tools_node=" in str(caught.value)
+        assert saver.journal.count("t1") == count  # refused before anything was written (not even recovery)
+        saver.journal.recover("t1")
+        assert graph.get_state(THREAD).values["messages"][-1].tool_call_id == "c1"  # the read shows the answer
+        with pytest.raises(journal.ToolNodeNotFound):
+            repair(graph, THREAD, tools_node="nowhere")
+        done = asyncio.run(
+            arepair(graph, THREAD, tools_node="left")
+        )  # the override, for a graph of several (async twin)
+        assert [m.tool_call_id for m in done.added] == ["c1"] and "MAY have run" in done.added[0].content
+        assert graph.get_state(THREAD).values["messages"][-1].tool_call_id == "c1"
+    with pytest.raises(journal.InvalidArgument):
+        repair(builder.compile(), THREAD)  # no JournalSaver: refused, nothing done
+
+
+def _ai(*ids: str) -> AIMessage:
+    return AIMessage("", id=f"ai-{'-'.join(ids)}", tool_calls=[{"id": i, "name": "pay", "args": {}} for i in ids])
+
+
+def _tm(call_id: str, text: str = "ok") -> Any:
+    from langchain_core.messages import ToolMessage
+
+    return ToolMessage(text, tool_call_id=call_id, id=f"tm-{call_id}")
+
+
+MAY = {"content": "It MAY have run", "is_error": True, "metadata": {"synthetic": True, "risk": "tool_outcome_unknown"}}
+PROJECTIONS = [
+    # (messages, saved answers, journal results, expected shape after, ids answered)
+    ("nothing owed", [HumanMessage("h", id="h"), _ai("a"), _tm("a")], {}, {"a": MAY}, None),
+    ("the journal answers", [HumanMessage("h", id="h"), _ai("a")], {}, {"a": MAY}, ["h", "ai-a", "journal-result:a"]),
+    ("a stored write wins", [HumanMessage("h", id="h"), _ai("a")], {"a": _tm("a")}, {"a": MAY}, ["h", "ai-a", "tm-a"]),
+    ("after its own answers", [_ai("a", "b"), _tm("a")], {}, {"b": MAY}, ["ai-a-b", "tm-a", "journal-result:b"]),
+    ("before anything later", [_ai("a"), HumanMessage("n", id="n")], {}, {"a": MAY}, ["ai-a", "journal-result:a", "n"]),
+    ("half answered: left alone", [_ai("a", "b")], {}, {"a": MAY}, None),
+    ("no answer: left alone", [_ai("a")], {}, {}, None),
+]
+
+
+@pytest.mark.parametrize(
+    ("messages", "saved", "results", "expected"), [p[1:] for p in PROJECTIONS], ids=[p[0] for p in PROJECTIONS]
+)
+def test_the_projection_puts_each_answer_right_after_its_call_and_never_drops_or_reorders(
+    messages: list[Any], saved: dict[str, Any], results: dict[str, Any], expected: list[str] | None
+) -> None:
+    from journal.adapters import langgraph_projection as projection
+
+    out = projection.answer(messages, saved, results)
+    if expected is None:
+        assert out is None
+        return
+    assert out is not None
+    shown, added = out
+    assert [m.id for m in shown] == expected
+    assert [m for m in shown if m not in added] == messages  # every stored message, in its order
+    assert projection.unanswered(shown) == []
+    for m in added:
+        if m.id.startswith(projection.ANSWER_ID):
+            assert m.status == "error" and "MAY have run" in m.content and m.response_metadata["journal"]["synthetic"]
+
+
+# -- the messages channel stored as its delta ------------------------------------------------------------
+
+
+def test_the_messages_channel_is_stored_as_its_delta_and_every_checkpoint_reads_back_exactly(tmp_path: Path) -> None:
+    from langchain_core.messages import RemoveMessage
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    def edit(state: MessagesState) -> dict[str, Any]:
+        last = state["messages"][-1]
+        if last.content == "replace me":  # replaced by id: the stored prefix changes
+            return {"messages": [HumanMessage("replaced", id=last.id)]}
+        if last.content == "remove me":
+            return {"messages": [RemoveMessage(id=last.id)]}
+        n = len(state["messages"])
+        return {"messages": [AIMessage(f"echo {n}", id=f"ai-{n}-{last.id}")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("edit", edit)
+    builder.add_edge(START, "edit")
+    theirs_db = sqlite3.connect(tmp_path / "theirs.db", check_same_thread=False)
+    theirs = SqliteSaver(theirs_db)
+    inputs = [f"message {i} " + "x" * 400 for i in range(60)]
+    inputs[20], inputs[40] = "replace me", "remove me"
+    with JournalSaver(tmp_path / "j.db") as saver:
+        ours = builder.compile(checkpointer=saver)
+        reference = builder.compile(checkpointer=theirs)
+        for text in inputs:
+            for graph in (ours, reference):
+                graph.invoke({"messages": [HumanMessage(text, id=f"h-{text[:10]}")]}, THREAD)
+        saver.copy_thread("t1", "copy")
+        saver.prune(["t1"], strategy="keep_latest")
+        by_channel = state_bytes(tmp_path / "j.db", "t1")
+    with JournalSaver(tmp_path / "j.db") as saver:  # a fresh connection, nothing remembered
+        copied = list(saver.list({"configurable": {"thread_id": "copy"}}))
+        mine = {t.checkpoint["id"]: t.checkpoint["channel_values"] for t in copied}
+        kept = list(saver.list(THREAD))
+        assert len(kept) == 1 and kept[0].checkpoint["channel_values"] == mine[kept[0].checkpoint["id"]]
+    expected = [t.checkpoint["channel_values"] for t in theirs.list(THREAD)]
+    assert len(mine) == len(expected) == 3 * len(inputs)
+    assert list(mine.values()) == expected  # every checkpoint, forked and read cold, equals SqliteSaver's
+    final = expected[0]["messages"]
+    assert [m.content for m in final if m.type == "human"].count("replaced") == 1
+    assert "remove me" not in [m.content for m in final]
+    theirs_db.close()
+    # What a full copy of each version of the list would take (what SqliteSaver stores), against
+    # the deltas plus one full copy every MAX_CHAIN versions (and at the replacement and removal).
+    versions = {t.checkpoint["channel_versions"].get("messages"): t.checkpoint["channel_values"] for t in copied}
+    full = sum(len(JsonPlusSerializer().dumps_typed(v["messages"])[1]) for v in versions.values() if "messages" in v)
+    assert by_channel["messages"] <= 0.2 * full, (by_channel, full)
+    print(f"\nmessages channel: {by_channel['messages']} bytes stored, {full} as a full copy per version")
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "as_delta"),
+    [
+        ([], [1], True),
+        ([1, 2], [1, 2, 3], True),
+        (list(range(15)), list(range(20)), True),  # the array header grows from fixarray to array16
+        ([1, 2], [1, 9, 3], False),  # an element replaced: stored whole
+        ([1, 2], [1], False),  # an element removed: stored whole
+        ([{"a": 1}], [{"a": 2}, 3], False),
+    ],
+    ids=["from-empty", "append", "header-grows", "replaced", "removed", "changed"],
+)
+def test_a_list_version_is_stored_as_the_tail_of_a_stored_one_only_when_it_extends_it_bytewise(
+    before: list[Any], after: list[Any], as_delta: bool
+) -> None:
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    from journal.adapters import langgraph_delta as delta
+
+    serde = JsonPlusSerializer()
+    _row, base = delta.extend(None, "v1", *serde.dumps_typed(before))
+    assert base is not None and base.chain == ("v1",)
+    row, stored = delta.extend(base, "v2", *serde.dumps_typed(after))
+    assert stored is not None and (row is not None) == as_delta
+    if row is not None:
+        chain, count, tail = delta.read_delta(row)
+        assert chain == ["v1"] and count == len(after) and stored.chain == ("v1", "v2")
+        rebuilt = delta.rebuild(count, serde.dumps_typed(before)[1], [tail])
+        assert serde.loads_typed(("msgpack", rebuilt)) == after
+    assert delta.extend(None, "v", "json", b"[]") == (None, None)  # another encoding: not split

@@ -5,7 +5,10 @@
 - what the journal adds: items verbatim plus typed events, pops and clears that delete nothing,
   the hooks' turn and dispatch barrier (G6) in a real ``Runner.run`` with an offline model;
 - crash safety: a child process killed right after a tool's side effect, then ``scan``,
-  ``repair`` in the framework's shape and a second run that does not pay twice.
+  ``repair`` (the journal's one recovery, which the items then project in the framework's shape)
+  and a second run that does not pay twice (the full matrix: ``test_adapter_openai_agents_matrix``);
+- the projection itself, table-tested (``openai_items.project``), one shape of ``repair``
+  (sync, ``arepair``), and ids that never collide.
 
 Each test runs its own event loop (``asyncio.run``); the model is scripted, never a network.
 """
@@ -42,6 +45,8 @@ from journal.adapters.openai_agents import (
     journal_session_id,
     repair,
 )
+from journal.adapters.openai_items import cut_tail, project, shown_items
+from journal.model import Event
 from journal.testing import Ledger
 
 from .conftest import python_child, run_child
@@ -613,7 +618,7 @@ def test_repair_leaves_a_call_awaiting_approval_alone(tmp_path: Path) -> None:
     session = JournalSession("s", tmp_path / "j.db")
     result = run(journal_run(Agent(name="a", model=model, tools=[transfer]), "move it", session=session))
     assert result.interruptions
-    done = run(repair(session))
+    done = repair(session)
     assert (done.added, done.unanswered) == ((), ("t-1",))
     assert orphans(run(session.get_items())) == ["t-1"]  # still the SDK's to resume
     session.close()
@@ -698,7 +703,7 @@ def test_a_session_another_live_process_is_running_is_refused_before_the_model_i
         session = JournalSession("busy", tmp_path / "j.db")
         with pytest.raises(journal.TurnHeld):
             run(journal_run(Agent(name="a", model=model), "hi", session=session))
-        assert model.inputs == [] and run(repair(session)).live_owner is not None
+        assert model.inputs == [] and repair(session).live_owner is not None
         session.close()
     finally:
         holder.kill()
@@ -747,19 +752,21 @@ def test_g9_killed_right_after_a_payment_the_repaired_session_never_pays_twice(t
     session = JournalSession("bot-1", db)
     assert run(session.get_items()) == [
         {"content": "Pay the 42 euro invoice.", "role": "user"}
-    ]  # the runner saved no call
-    fixed = run(repair(session))
-    assert [i["type"] for i in fixed.added] == ["function_call", "function_call_output"]
-    assert fixed.added[0]["call_id"] == fixed.added[1]["call_id"] == "pay-1"
-    assert fixed.added[0]["arguments"] == '{"cents":4200}'  # the call as the model sent it
-    output = fixed.added[1]["output"]
+    ]  # the runner saved no call, and no recovery ran yet: the turn is still open
+    fixed = repair(session)
+    assert fixed.added == () and fixed.unanswered == ()  # the items project what recovery wrote
+    _, call, answer = run(session.get_items())
+    assert [call["type"], answer["type"]] == ["function_call", "function_call_output"]
+    assert call["call_id"] == answer["call_id"] == "pay-1"
+    assert call["arguments"] == '{"cents":4200}'  # the call as the model sent it
+    output = answer["output"]
     if point == "in_tool":
         assert "MAY have run" in output and "verify before retrying" in output
         synthetic = [e for e in fixed.recovered if e.type == "tool_result"]
         assert synthetic[0].data["metadata"]["risk"] == "tool_outcome_unknown"
     else:
         assert output == "paid 4200 cents"  # the real result, recorded before the kill
-    assert run(repair(session)).added == ()  # idempotent
+    assert repair(session).recovered == ()  # idempotent
 
     model = ScriptedModel(cashier)
     result = run(journal_run(make_agent(model, ledger.path), "Did the payment go through?", session=session))
@@ -811,18 +818,20 @@ COMMIT_POINTS = [
 ]
 
 
-def _second_run_after_repair(db: Path, ledger: Ledger) -> tuple[Any, Any]:
-    """Repair the killed session, check it is idempotent, and run the cashier again."""
+def _second_run_after_repair(db: Path, ledger: Ledger) -> tuple[Any, list[Any], Any]:
+    """Repair the killed session, check it is idempotent, and run the cashier again: what repair
+    did, the items the second run was shown, and its result."""
     session = JournalSession("bot-1", db)
-    fixed = run(repair(session))
-    assert run(repair(session)).added == ()
+    fixed = repair(session)
+    assert repair(session).recovered == () and fixed.added == ()
+    shown = run(session.get_items())
     model = ScriptedModel(cashier)
     result = run(journal_run(make_agent(model, ledger.path), "Did the payment go through?", session=session))
     assert all(orphans(sent) == [] for sent in model.inputs)  # no provider 400
     session.close()
     with journal.open(db, readonly=True) as j:
         assert j.scan().clean and j.check() == [] and j.integrity_check() == ["ok"]
-    return fixed, result
+    return fixed, shown, result
 
 
 @pytest.mark.parametrize("model_call", [1, 2])
@@ -838,8 +847,8 @@ def test_killed_during_a_model_call_the_turn_has_no_open_step_and_repair_closes_
         state = j.turn_state("bot-1")
         # Nothing is written on the way to the model: the turn's steps are all closed.
         assert state is not None and not state.step_open and state.steps == model_call - 1
-    fixed, result = _second_run_after_repair(db, ledger)
-    assert fixed.added == ()  # the runner had saved the first step's call with its output
+    fixed, shown, result = _second_run_after_repair(db, ledger)
+    assert orphans(shown) == []  # the runner had saved the first step's call with its output
     assert [e.type for e in fixed.recovered] == ["turn_end"] and fixed.recovered[0].data["reason"] == "interrupted"
     assert ledger.count(call="pay") == 1  # paid in the second run (1) or in the first, not again (2)
     if model_call == 2:
@@ -856,8 +865,8 @@ def test_killed_at_any_commit_of_a_run_repair_leaves_no_orphan_and_never_pays_tw
     assert ledger.count(call="pay") == int(paid)
     with journal.open(db) as j:
         dispatched = {c.call_id for c in j.scan().pending_calls}
-    fixed, result = _second_run_after_repair(db, ledger)
-    outputs = [i["output"] for i in fixed.added if i["type"] == "function_call_output"]
+    _, shown, result = _second_run_after_repair(db, ledger)
+    outputs = [i["output"] for i in shown if i.get("type") == "function_call_output"]
     if paid or dispatched:  # the call may have run: the model is told so, and does not pay again
         assert ledger.count(call="pay") == int(paid) and result.final_output.startswith("Not paying again")
         assert all(o == "paid 4200 cents" or "MAY have run" in o for o in outputs)
@@ -968,3 +977,206 @@ def test_importing_the_adapter_without_openai_agents_names_the_extra() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "agent-journal[openai-agents]" in done.stdout
+
+
+# -- the view is a projection of the typed log (pure, table-tested) -----------------------------------
+
+
+def _log(*specs: tuple[str, dict[str, Any]]) -> list[Event]:
+    """Events in seq order from (type, data) pairs."""
+    return [Event("s", seq, kind, data, 0) for seq, (kind, data) in enumerate(specs)]
+
+
+def _item(item: dict[str, Any], **extra: Any) -> tuple[str, dict[str, Any]]:
+    return (ITEM, {"item": item, **extra})
+
+
+U1, U2 = {"role": "user", "content": "pay"}, {"role": "user", "content": "again?"}
+FC1 = {"type": "function_call", "call_id": "c1", "name": "pay", "arguments": '{"cents":1}'}
+FC2 = {"type": "function_call", "call_id": "c2", "name": "pay", "arguments": '{"cents":2}'}
+OUT1 = {"type": "function_call_output", "call_id": "c1", "output": "paid"}
+ASK = ("assistant_message", {"content": "", "tool_calls": [{"id": "c1", "name": "pay", "arguments": {"cents": 1}}]})
+MAY = ("tool_result", {"tool_call_id": "c1", "content": "c1 MAY have run", "metadata": {"synthetic": True}})
+INTERRUPTED = ("turn_end", {"turn": 1, "steps": 1, "reason": "interrupted"})
+START = ("turn_start", {"turn": 1})
+
+PROJECTIONS = {
+    "no crash: the items as stored": (
+        [_item(U1), START, ASK, ("tool_result", {"tool_call_id": "c1", "content": "paid"}), _item(FC1), _item(OUT1)],
+        [U1, FC1, OUT1],
+    ),
+    "a call never saved, answered by recovery: call and output where the answer stood": (
+        [_item(U1), START, ASK, ("tool_call", {"id": "c1", "name": "pay"}), MAY, INTERRUPTED],
+        [U1, FC1, {"type": "function_call_output", "call_id": "c1", "output": "c1 MAY have run"}],
+    ),
+    "recovered after the next input was saved: still before that input": (
+        [_item(U1), START, ASK, ("tool_call", {"id": "c1", "name": "pay"}), _item(U2), MAY, INTERRUPTED],
+        [U1, FC1, {"type": "function_call_output", "call_id": "c1", "output": "c1 MAY have run"}, U2],
+    ),
+    "a stored call without output: the output right after its run of model items": (
+        [_item(U1), _item(FC1), _item(FC2), _item(U2), MAY],
+        [U1, FC1, FC2, {"type": "function_call_output", "call_id": "c1", "output": "c1 MAY have run"}, U2],
+    ),
+    "a call of a turn that ended complete is not invented": (
+        [_item(U1), START, ASK, MAY, ("turn_end", {"turn": 1, "steps": 1, "reason": "complete"})],
+        [U1],
+    ),
+    "an open turn (no recovery yet) is not projected": (
+        [_item(U1), START, ASK, ("tool_result", {"tool_call_id": "c1", "content": "paid"})],
+        [U1],
+    ),
+    "a projection stored by a later add_items stands at its place": (
+        [_item(U1), START, ASK, MAY, INTERRUPTED, _item(FC1, at=2), _item(OUT1, at=2), _item(U2)],
+        [U1, FC1, OUT1, U2],
+    ),
+    "a popped projection stays popped": (
+        [_item(U1), START, ASK, MAY, INTERRUPTED, (POP, {"call_id": "c1", "part": "output"})],
+        [U1, FC1],
+    ),
+    "a clear hides what recovery answered before it": (
+        [_item(U1), START, ASK, MAY, INTERRUPTED, (CLEAR, {})],
+        [],
+    ),
+}
+
+
+@pytest.mark.parametrize("events, shown", list(PROJECTIONS.values()), ids=list(PROJECTIONS))
+def test_g5_the_items_project_what_recovery_wrote_in_place_and_reads_agree(events, shown) -> None:
+    log = _log(*events)
+    marks = [e for e in log if e.type in (ITEM, POP, CLEAR)]
+    clears = [e.seq for e in log if e.type == CLEAR]
+    since = clears[-1] + 1 if clears else 0
+    tail, complete = cut_tail(log[::-1])
+    assert complete or tail == log  # the tail reaches back only as far as it must
+    assert [s.item for s in project([m for m in marks if m.seq >= since], tail, since=since)] == shown
+    assert shown_items([m for m in marks if m.seq >= since], tail, since=since) == shown  # the fast read agrees
+    # The whole log read as the tail gives the same view: the tail loses nothing.
+    assert [s.item for s in project(marks, [e for e in log if e.seq >= since], since=since)] == shown
+
+
+def test_the_tail_ends_at_the_last_item_and_reaches_back_to_an_interrupted_turns_start() -> None:
+    log = _log(_item(U1), START, ASK, _item(U2), MAY, INTERRUPTED)
+    tail, complete = cut_tail(log[::-1])
+    assert complete and [e.seq for e in tail] == [1, 2, 3, 4, 5]
+    tail, complete = cut_tail(_log(_item(U1), START, ASK)[::-1])
+    assert complete and [e.seq for e in tail] == [0, 1, 2]
+
+
+def test_a_projection_is_stored_when_new_items_bury_it_and_deep_reads_agree(tmp_path: Path) -> None:
+    """After ``j.recover()`` the next ``add_items`` stores the projection at its place: later
+    reads (all, or the last N) show it without looking back into the log."""
+    path = tmp_path / "j.db"
+    with journal.open(path) as j:
+        j.create_session("s")
+        j.append_many("s", [(ITEM, {"item": U1}, None), ("user_message", {"content": "pay"}, None)])
+        turn = j.turn_start("s")
+        j.append("s", *ASK)
+        j.dispatch("s", "c1", turn=turn)
+        j.recover("s")  # this process's turn: closed, c1 MAY have run
+    session = JournalSession("s", path)
+    before = run(session.get_items())
+    assert [i.get("type") or i["role"] for i in before] == ["user", "function_call", "function_call_output"]
+    for n in range(40):
+        run(session.add_items([{"role": "user", "content": f"later {n}"}]))
+    after = run(session.get_items())
+    assert after[:3] == before and len(after) == 43
+    for limit in (1, 2, 40, 41, 42, 43, 50):
+        assert run(session.get_items(limit=limit)) == after[-limit:]
+    with journal.open(path, readonly=True) as j:
+        stored = [e for e in j.events("s", types=[ITEM]) if "at" in e.data]
+        assert [e.data["item"]["type"] for e in stored] == ["function_call", "function_call_output"]
+    session.close()
+
+
+def test_popping_a_projected_item_hides_it_and_the_log_keeps_the_result(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    with journal.open(path) as j:
+        j.create_session("s")
+        j.append("s", ITEM, {"item": U1})
+        turn = j.turn_start("s")
+        j.append("s", *ASK)
+        j.dispatch("s", "c1", turn=turn)
+        j.recover("s")
+    session = JournalSession("s", path)
+    popped = run(session.pop_item())
+    assert popped["type"] == "function_call_output" and "MAY have run" in popped["output"]
+    assert run(session.pop_item())["type"] == "function_call"
+    assert run(session.get_items()) == [U1]
+    run(session.add_items([U2]))
+    assert run(session.get_items()) == [U1, U2]  # popped stays popped, even once buried
+    with journal.open(path, readonly=True) as j:
+        assert [e.data["tool_call_id"] for e in j.events("s", types=["tool_result"])] == ["c1"]
+    session.close()
+
+
+# -- one shape of repair; ids -----------------------------------------------------------------------
+
+
+def test_repair_is_sync_and_arepair_its_awaitable_twin_with_one_result_shape(tmp_path: Path) -> None:
+    from journal.adapters.openai_agents import Repaired, arepair
+    from journal.adapters.repaired import Repaired as Common
+
+    assert Repaired is Common
+    session = JournalSession("s", tmp_path / "j.db")
+    assert repair(session) == Repaired("s") == run(arepair(session))  # an unknown session: nothing to do
+
+    async def inside_a_loop() -> Repaired:
+        return repair(session)  # a sync Journal: runs here, blocking this thread
+
+    assert run(inside_a_loop()) == Repaired("s")
+    session.close()
+
+
+def test_a_sync_repair_of_a_session_on_an_async_journal_is_refused_with_a_typed_error(tmp_path: Path) -> None:
+    import journal.aio
+    from journal.adapters.openai_agents import arepair
+
+    async def go() -> None:
+        async with journal.aio.open(tmp_path / "j.db") as aj:
+            session = JournalSession("s", aj)
+            await session.add_items([U1])
+            with pytest.raises(journal.WrongLoop, match="arepair"):
+                repair(session)
+            assert (await arepair(session)).session_id == "s"
+
+    run(go())
+
+
+def test_g12_ids_are_injective_even_an_id_that_looks_like_a_hashed_one(tmp_path: Path) -> None:
+    """An id that itself starts with the hash prefix is hashed too: it can never land on the
+    journal session of the id whose hashed form it spells."""
+    other = "user 42"  # not an id the journal accepts: hashed
+    spelled = journal_session_id(other)
+    assert spelled.startswith("openai-agents-") and journal_session_id(spelled) != spelled
+    first, second = JournalSession(other, tmp_path / "j.db"), JournalSession(spelled, tmp_path / "j.db")
+    run(first.add_items([U1]))
+    run(second.add_items([U2]))
+    assert run(first.get_items()) == [U1] and run(second.get_items()) == [U2]
+    clash = JournalSession("someone else", tmp_path / "j.db", journal_id=first.journal_id)
+    with pytest.raises(journal.InvalidArgument, match="journal_id"):
+        run(clash.add_items([U2]))
+    assert run(first.get_items()) == [U1]  # refused before anything was written (G12)
+    for session in (first, second, clash):
+        session.close()
+
+
+CALL_ITEMS = {
+    "as the SDK sends it": {"type": "function_call", "call_id": "c1", "name": "pay", "arguments": '{"cents":1}', "id": "fc_1"},
+    "spaced arguments and a status": {
+        "type": "function_call", "call_id": "c1", "name": "pay", "arguments": '{"cents": 1}', "status": "completed",
+    },
+    "arguments that are not JSON": {"type": "function_call", "call_id": "c1", "name": "pay", "arguments": "one cent"},
+    "non-ASCII arguments": {"type": "function_call", "call_id": "c1", "name": "pay", "arguments": '{"to":"Zoë 😊"}'},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("item", list(CALL_ITEMS.values()), ids=list(CALL_ITEMS))
+def test_the_answer_keeps_only_what_rebuilds_its_call_items_exactly(item: dict[str, Any]) -> None:
+    """The hooks' ``assistant_message`` does not store the call item a second time: only the
+    fields its ``tool_calls`` do not rebuild, and the rebuilt item is deep-equal."""
+    from journal.adapters.openai_items import assistant, call_items
+
+    ((kind, data, _),) = assistant([item], keep_items=True)
+    kept = data["metadata"]["openai_agents"]
+    assert "items" not in kept and set(kept["call_items"]["c1"]) <= set(item) - {"type", "call_id", "name"}
+    assert call_items(Event("s", 3, kind, data, 0)) == {"c1": item}

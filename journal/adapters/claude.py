@@ -4,24 +4,44 @@ Plug it in with one line::
 
     options = ClaudeAgentOptions(session_store=JournalSessionStore("agent.db"), session_store_flush="eager")
 
-Each store key (``project_key``, ``session_id``, optional ``subpath``) is one journal session.
-Its id is ``claude/<project_key>/<session_id>[/<subpath>]`` when that is a valid session id
-(printable ASCII, no spaces; the two first parts without ``/`` or ``#``), else
-``claude/#<sha256 of the key>``; the key's parts are kept in the session's meta
+``JournalSessionStore`` takes a SQLite path, a PostgreSQL DSN (``postgresql://...``; the
+password is never shown) or an open ``journal.Journal`` shared with the rest of the program.
+
+**The key.** The SDK names a transcript by a ``SessionKey``: ``project_key`` is the agent's
+working directory made a name (``claude_agent_sdk.project_key_for_directory(options.cwd)``, e.g.
+``-home-ada-shop``), ``session_id`` is Claude's session id (the ``session_id`` of the SDK's
+``ResultMessage``, the value you pass as ``resume=``), and ``subpath`` names a subagent's
+transcript under it (``subagents/agent-<id>``; absent for the main one). ``repair`` takes the
+same key. Each key is one journal session. Its id is
+``claude/<project_key>/<session_id>[/<subpath>]`` when that is a valid session id (printable
+ASCII, no spaces; the two first parts without ``/`` or ``#``), else ``claude/#<sha256 of the
+key>``: a readable id never holds ``#`` where a hashed one does, and ``/`` splits it one way
+only, so two keys never share a session; the key's parts are kept in the session's meta
 (``claude.project_key``, ``claude.session_id``, ``claude.subpath``, ``claude.transcript`` =
-``main`` | ``subagent``), so the listings are indexed meta lookups, never a scan.
+``main`` | ``subagent``) and checked on every read and first write (a session made by something
+else under that id is refused with ``SessionKeyMismatch``, never mixed in). The listings are
+indexed meta lookups, never a scan.
 
 What it guarantees:
 
 - **The store's contract, verbatim.** Each transcript entry is an ``x.claude.entry`` event
   ``{"entry": <the entry>}`` (wrapped, so no field of an entry is ever read as one of the
-  journal's own); ``load`` returns the entries deep-equal, in append order. An entry's ``uuid``
+  journal's own); ``load`` returns the entries deep-equal, in append order (plus the answers
+  recovery wrote, below). An entry's ``uuid``
   is its idempotency key: a duplicate, in one batch or across batches, processes or retries, is
   not stored twice — the journal's unique index decides, atomically. Entries without a uuid are
   stored as they come (the SDK's rule). A batch is one transaction (G2), durable when ``append``
   returns (G1); the async methods run the journal's calls in a worker thread, so the event loop
   never waits on an fsync. The SDK's session summary (``fold_session_summary``) is kept as keyed
-  state written in the same transaction as the batch.
+  state written in the same transaction as the batch, when the batch changes it.
+- **Each item stored once.** A value an entry shares with a typed event derived from it in the
+  same batch (a prompt's text, a thinking block, a tool's input, its output, Claude Code's own
+  copy of it in ``toolUseResult``; 48 bytes of JSON or more) is stored in the typed event only:
+  the entry's event keeps a hole there and ``"holes"`` names where each value is
+  (``journal.adapters.claude_entries``), and ``load`` (or ``entries_of`` for any journal
+  session, a fork included) puts it back, deep-equal and in the entry's own key order. An entry
+  without a uuid, or one answering a call already answered (G5 may keep it as late evidence or
+  not at all), is stored whole.
 - **Typed events, derived in the same transaction.** User text → ``user_message``; an assistant
   entry → ``assistant_message`` with ``tool_calls`` from its ``tool_use`` blocks; the first
   assistant entry asking for tools opens a journal turn and each of its calls is recorded as
@@ -36,10 +56,18 @@ What it guarantees:
 - **Delete is erasure.** ``delete`` purges the journal session(s) — the one exception to
   append-only (DESIGN G3), as a user deleting a conversation needs. A journal fork of a purged
   session is given its own copy first (``purge(copy_forks=True)``).
-- **Repair in Claude's shape.** ``repair(key)`` runs the journal's ``recover`` on the session and
-  appends, for each call the crash left without a result, a native user entry holding a
-  ``tool_result`` block (``is_error``) that says the tool MAY have run: a resume from the store
-  then sends no orphan ``tool_use`` (no provider 400) and nothing re-runs the tool.
+- **One recovery; ``load`` shows it in Claude's shape.** Whoever recovers a crashed session --
+  ``repair(store, key)``, ``journal recover`` from a shell, ``Journal.recover()``, the async
+  face's -- writes typed events only (a synthetic ``tool_result``: the call MAY have run; the
+  turn ends ``interrupted``). ``load`` projects each such result as the user entry Claude Code
+  writes for a failed tool (a ``tool_result`` block, ``is_error``), right after the model
+  message that made the call, chained into the ``parentUuid`` links (the entries after it follow
+  it), with a uuid derived from the session and the call, so every read shows the same entry and
+  the same entry written back by Claude is stored once. A resume from the store then sends no
+  orphan ``tool_use`` (no provider 400) and nothing re-runs the tool, whichever recovery ran and
+  however often. Call ``repair`` (or ``arepair``) before resuming a session that may have
+  crashed: it is idempotent and returns a ``Repaired``; a new prompt appended while the journal
+  still owes a call is logged as a warning naming it.
 
 What it cannot guarantee:
 
@@ -53,8 +81,9 @@ What it cannot guarantee:
   (one per content block): a text entry written before a ``tool_use`` of the same message can
   close a turn that the ``tool_use`` then reopens as a new one. Scan and recovery stay correct
   (calls are always inside an open turn); only the turn count differs from Claude's.
-- ``repair`` closes open turns as interrupted: call it when no Claude process is driving the
-  session (the journal cannot see Claude's process, so it cannot refuse for you).
+- ``repair`` (like ``journal recover``) closes open turns as interrupted: call it when no Claude
+  process is driving the session (the journal cannot see Claude's process, so it cannot refuse
+  for you). Without any recovery, ``load`` shows an orphan ``tool_use`` as Claude left it.
 - An entry the journal cannot hold (over ``max_event_bytes``, nested deeper than 100 levels, an
   integer outside 64 bits, a lone surrogate; the ``{"entry": ...}`` wrapper counts) is refused with ``InvalidEvent`` and nothing of its
   batch is written; the SDK reports that as a ``MirrorErrorMessage``.
@@ -63,15 +92,12 @@ What it cannot guarantee:
 from __future__ import annotations
 
 import asyncio
-import copy as _copy
 import hashlib
 import json
 import logging
 import os
 import threading
-import uuid as _uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, cast
 
 from journal.adapters import require
@@ -89,14 +115,37 @@ from claude_agent_sdk.types import (
 )
 
 import journal
+from journal.adapters.claude_entries import (
+    ENTRY,
+    Item,
+    answer_uuid,
+    blocks_of,
+    filled,
+    holes_of,
+    owed_calls,
+    project,
+    punched,
+)
+from journal.adapters.repaired import Repaired
 from journal.errors import CountMismatch, JournalError, SessionExists, SessionNotFound
+from journal.escape import escape
 from journal.model import Event, Session
 
-__all__ = ["ENTRY", "JournalSessionStore", "journal_session_id"]
+__all__ = [
+    "ENTRY",
+    "JournalSessionStore",
+    "Repaired",
+    "SessionKeyMismatch",
+    "arepair",
+    "entries_of",
+    "journal_session_id",
+    "owed_calls",
+    "project",
+    "repair",
+]
 
 log = logging.getLogger(__name__)
 
-ENTRY = "x.claude.entry"
 SUMMARY = "claude.summary"  # keyed state: the SDK's folded session summary (main transcripts)
 PREFIX = "claude/"
 META_PROJECT, META_SESSION, META_SUBPATH, META_TRANSCRIPT = (
@@ -105,9 +154,6 @@ META_PROJECT, META_SESSION, META_SUBPATH, META_TRANSCRIPT = (
 MAX_KEY = 256
 # Compare-and-append rounds before an append gives up deriving and stores the entries alone.
 MAX_ROUNDS = 64
-# The namespace of the uuids of repair entries: a repair's uuid is a function of its session and
-# call, so repairing twice writes one entry.
-_REPAIR_NS = _uuid.UUID("6f1d3c2e-8a4b-5c6d-9e0f-a1b2c3d4e5f6")
 # Claude stop reasons that end a model message; "tool_use" and "pause_turn" do not end a turn.
 _ENDS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "refusal": "stop"}
 _INTERRUPT_MARK = "[Request interrupted by user"
@@ -153,6 +199,39 @@ def _meta_of(session: Session) -> dict[str, Any]:
     return session.meta or {}
 
 
+def _parts(key: SessionKey | dict[str, Any]) -> tuple[Any, Any, Any]:
+    return key["project_key"], key["session_id"], key.get("subpath") or None
+
+
+class SessionKeyMismatch(JournalError):
+    """The journal session a store key maps to holds another key's transcript (or is not a
+    Claude transcript at all): nothing is read from it or written to it for this key.
+
+    ``session_id``: the journal session; ``stored``: the key parts its meta records
+    (``None`` for a session the store did not create); ``wanted``: the key asked for."""
+
+    def __init__(self, session_id: str, stored: tuple[Any, Any, Any] | None, wanted: tuple[Any, Any, Any]) -> None:
+        super().__init__(session_id, stored, wanted)
+        self.session_id, self.stored, self.wanted = session_id, stored, wanted
+
+    def message(self) -> str:
+        held = "no Claude store key" if self.stored is None else f"the key {self.stored!r}"
+        return escape(
+            f"the journal session {self.session_id!r} holds {held}, not {self.wanted!r}: "
+            "it was made by something other than this store; give the key another project_key or move that session"
+        )[:1000]
+
+
+def _check_owner(sid: str, session: Session, key: SessionKey) -> None:
+    """Refuse a session made for another key: ids are injective by construction, and this
+    compares the original key kept in the meta, so a session made by hand under a readable id
+    is never mistaken for the key's."""
+    meta = _meta_of(session)
+    stored = (meta.get(META_PROJECT), meta.get(META_SESSION), meta.get(META_SUBPATH)) if META_SESSION in meta else None
+    if stored != _parts(key):
+        raise SessionKeyMismatch(sid, stored, _parts(key))
+
+
 def _entry_key(entry: Any) -> str | None:
     """The idempotency key of an entry: its uuid, or a digest of it when the uuid is not a
     string the journal takes as a key (too long, not text)."""
@@ -163,10 +242,6 @@ def _entry_key(entry: Any) -> str | None:
         return value
     text = json.dumps(value, sort_keys=True, default=repr)
     return "uuid#" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def _repair_uuid(session_id: str, call_id: str) -> str:
-    return str(_uuid.uuid5(_REPAIR_NS, session_id + "\x00" + call_id))
 
 
 # -- what the log says so far ----------------------------------------------------------------------
@@ -214,9 +289,6 @@ class _Tracker:
                 self.owed.remove(data["tool_call_id"])
 
 
-Item = tuple[str, dict[str, Any], str | None]
-
-
 @dataclass
 class _Plan:
     """A batch to append: the entries' items with the typed events derived from them."""
@@ -224,13 +296,7 @@ class _Plan:
     items: list[Item] = field(default_factory=list)
     derived: int = 0  # how many of the items are typed events
     fresh: list[Any] = field(default_factory=list)  # entries not stored before (for the summary)
-
-
-def _blocks(message: Any) -> list[Any]:
-    content = message.get("content") if isinstance(message, dict) else None
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}]
-    return content if isinstance(content, list) else []
+    orphans: list[str] = field(default_factory=list)  # calls still owed when a new prompt came
 
 
 def _text(blocks: list[Any], kind: str = "text") -> str:
@@ -258,20 +324,32 @@ class _Planner:
         self.keys: set[str] = set()
         self.calls: dict[str, str | None] = {}
         self.turn, self.open, self.owed = tracker.turn, tracker.open, list(tracker.owed)
+        self.answered: set[str] = set()
+        self.unsure = False
         self.plan = _Plan()
 
     def add(self, entry: Any) -> None:
         key = _entry_key(entry)
+        at = len(self.plan.items)
         self.plan.items.append((ENTRY, {"entry": entry}, key))
         if key is not None:
             if key in self.t.keys or key in self.keys:
                 return  # a duplicate: the unique index skips it, and it derives nothing again
             self.keys.add(key)
         self.plan.fresh.append(entry)
+        self.unsure = key is None  # no uuid (a mode or summary line): kept whole, as the SDK's rule keeps it
         if isinstance(entry, dict) and entry.get("type") == "user":
             self._user(entry, key)
         elif isinstance(entry, dict) and entry.get("type") == "assistant":
             self._assistant(entry, key)
+        derived = self.plan.items[at + 1 :]
+        if derived and not self.unsure:
+            # Each derived item is written right after the entry, in order: the batch is appended
+            # at the count the plan was made at, and none of them can be skipped (a result for a
+            # call already answered, which G5 may skip, makes the entry unsure).
+            holes = holes_of(entry, derived)
+            if holes:
+                self.plan.items[at] = (ENTRY, {"entry": punched(entry, holes), "holes": holes}, key)
 
     def _derive(self, type_: str, data: dict[str, Any]) -> None:
         self.plan.items.append((type_, data, None))
@@ -288,7 +366,7 @@ class _Planner:
         return meta
 
     def _user(self, entry: dict[str, Any], key: str | None) -> None:
-        blocks = _blocks(entry.get("message"))
+        blocks = blocks_of(entry.get("message"))
         for block in blocks:
             if not (isinstance(block, dict) and block.get("type") == "tool_result"):
                 continue
@@ -298,7 +376,7 @@ class _Planner:
             # would hold an answer to nothing. The entry itself is stored all the same.
             if not isinstance(call_id, str) or not call_id or not self._known(call_id):
                 continue
-            if key == _repair_uuid(self.session_id, call_id):
+            if key == answer_uuid(self.session_id, call_id):
                 continue  # our own repair: the journal's synthetic result is its typed twin
             data: dict[str, Any] = {"tool_call_id": call_id, "content": _result_content(block)}
             name = self.calls.get(call_id, self.t.calls.get(call_id))
@@ -307,12 +385,17 @@ class _Planner:
             if isinstance(block.get("is_error"), bool):
                 data["is_error"] = block["is_error"]
             data["metadata"] = self._meta(entry, key)
+            if call_id in self.t.answered or call_id in self.answered:
+                self.unsure = True  # G5 may store it as late evidence, or not at all
+            self.answered.add(call_id)
             self._derive("tool_result", data)
             if call_id in self.owed:
                 self.owed.remove(call_id)
         text = _text(blocks)
         if not text:
             return
+        if self.open and self.owed and not entry.get("isMeta") and not text.startswith(_INTERRUPT_MARK):
+            self.plan.orphans.extend(c for c in self.owed if c not in self.plan.orphans)
         if self.open and not self.owed and not entry.get("isMeta") and not text.startswith(_INTERRUPT_MARK):
             # A new prompt: the turn before it is over (Claude writes no end marker of its own
             # when the user interrupts a turn that owed nothing).
@@ -321,7 +404,7 @@ class _Planner:
 
     def _assistant(self, entry: dict[str, Any], key: str | None) -> None:
         message: dict[str, Any] = entry["message"] if isinstance(entry.get("message"), dict) else {}
-        blocks = _blocks(message)
+        blocks = blocks_of(message)
         calls: list[dict[str, Any]] = []
         for block in blocks:
             if not (isinstance(block, dict) and block.get("type") == "tool_use"):
@@ -385,6 +468,19 @@ class _Planner:
     def _end_turn(self) -> None:
         self._derive("turn_end", {"turn": self.turn, "steps": 0, "reason": "complete"})
         self.open, self.owed = False, []
+
+
+# -- the framework's view ----------------------------------------------------------------------------
+
+
+def entries_of(j: journal.Journal, session_id: str) -> list[Any]:
+    """The entries a journal session holds, each rebuilt whole, in append order: what ``load``
+    returns before projecting recovery's answers (a journal fork of a transcript reads the same)."""
+    events = j.events(session_id, types=[ENTRY])
+    by_seq: dict[int, Event] = {}
+    if any("holes" in e.data for e in events):
+        by_seq = {e.seq: e for e in j.events(session_id, since=events[0].seq)}
+    return [filled(e, by_seq) if "holes" in e.data else e.data["entry"] for e in events]
 
 
 # -- the store -------------------------------------------------------------------------------------
@@ -455,11 +551,6 @@ class JournalSessionStore(SessionStore):
         """The subpaths stored under a session."""
         return await asyncio.to_thread(self.list_subkeys_sync, key)
 
-    async def repair(self, key: SessionKey) -> list[SessionStoreEntry]:
-        """After a crash: close the session's open turn and answer its orphan calls in Claude's
-        shape; returns the entries appended (none when there was nothing to repair)."""
-        return await asyncio.to_thread(self.repair_sync, key)
-
     # -- the same, synchronous (the async methods' bodies; for callers without an event loop) ----
 
     def append_sync(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
@@ -502,17 +593,43 @@ class JournalSessionStore(SessionStore):
                 log.warning("claude adapter: typed events of a batch refused (%s); storing the entries alone", exc)
                 return False
             log.debug("claude adapter: %s: %d entries appended at %d", sid, len(plan.fresh), tracker.seen)
+            if plan.orphans:
+                # Claude went on while calls of a crashed turn had no result: a resume without
+                # repair. The journal still owes them; the operator must hear which call to check.
+                log.warning(
+                    "claude adapter: %s: a new prompt while %s had no result (a crash?): run "
+                    "journal.adapters.claude.repair(store, key) before resuming a session",
+                    escape(sid),
+                    escape(", ".join(plan.orphans))[:500],
+                )
             self._follow(tracker, written)
             return True
         log.warning("claude adapter: %s kept changing under %d plans; storing the entries alone", sid, MAX_ROUNDS)
         return False
 
     def load_sync(self, key: SessionKey) -> list[SessionStoreEntry] | None:
+        """The entries, with each call a recovery answered shown answered (see ``project``)."""
+        sid = journal_session_id(key)
         try:
-            events = self._journal.events(journal_session_id(key), types=[ENTRY])
+            _check_owner(sid, self._journal.session(sid), key)
+            entries = entries_of(self._journal, sid)
         except SessionNotFound:
             return None
-        return [e.data["entry"] for e in events] or None
+        if not entries:
+            return None
+        return cast("list[SessionStoreEntry]", project(sid, entries, self._results(sid, owed_calls(entries))))
+
+    def _results(self, sid: str, calls: list[str]) -> dict[str, Event]:
+        """The typed results of these calls (read only when some call is owed: a transcript
+        without orphan calls costs its entries' read alone)."""
+        if not calls:
+            return {}
+        wanted = set(calls)
+        try:
+            found = self._journal.events(sid, types=["tool_result"])
+        except SessionNotFound:
+            return {}
+        return {e.data["tool_call_id"]: e for e in found if e.data["tool_call_id"] in wanted}
 
     def list_sessions_sync(self, project_key: str) -> list[SessionStoreListEntry]:
         return [
@@ -535,13 +652,17 @@ class JournalSessionStore(SessionStore):
         return out
 
     def delete_sync(self, key: SessionKey) -> None:
-        j = self._journal
+        j, own = self._journal, journal_session_id(key)
+        try:
+            _check_owner(own, j.session(own), key)  # never erase a session this key does not own
+        except SessionNotFound:
+            pass
         if key.get("subpath"):
-            doomed = [journal_session_id(key)]
+            doomed = [own]
         else:
             found = j.sessions(meta={META_PROJECT: key["project_key"], META_SESSION: key["session_id"]}, prefix=PREFIX)
             subs = [s.id for s in found if _meta_of(s).get(META_TRANSCRIPT) == "subagent"]
-            doomed = [*subs, journal_session_id(key)]  # the main one last: a retry finds the rest
+            doomed = [*subs, own]  # the main one last: a retry finds the rest
         for sid in doomed:
             with self._lock(sid):
                 self._trackers.pop(sid, None)
@@ -558,51 +679,6 @@ class JournalSessionStore(SessionStore):
         )
         return [_meta_of(s)[META_SUBPATH] for s in found if s.count]
 
-    def repair_sync(self, key: SessionKey) -> list[SessionStoreEntry]:
-        sid, j = journal_session_id(key), self._journal
-        try:
-            j.recover(sid)
-        except SessionNotFound:
-            return []
-        entries = self.load_sync(key) or []
-        answered = {
-            block.get("tool_use_id")
-            for entry in entries
-            if isinstance(entry, dict) and entry.get("type") == "user"
-            for block in _blocks(entry.get("message"))
-            if isinstance(block, dict) and block.get("type") == "tool_result"
-        }
-        chained = [cast("dict[str, Any]", e) for e in entries if isinstance(e, dict) and isinstance(e.get("uuid"), str)]
-        parent = chained[-1]["uuid"] if chained else None
-        template: dict[str, Any] = next((e for e in reversed(chained) if e.get("type") in ("user", "assistant")), {})
-        repairs: list[SessionStoreEntry] = []
-        for result in j.events(sid, types=["tool_result"]):
-            metadata = result.data.get("metadata")
-            call_id = result.data["tool_call_id"]
-            if not (isinstance(metadata, dict) and metadata.get("synthetic") is True) or call_id in answered:
-                continue
-            entry: dict[str, Any] = {"parentUuid": parent}
-            for name in ("isSidechain", "userType", "cwd", "sessionId", "version", "gitBranch", "agentId"):
-                if name in template:
-                    entry[name] = _copy.deepcopy(template[name])
-            entry["type"] = "user"
-            entry["message"] = {
-                "role": "user",
-                "content": [
-                    {"type": "tool_result", "tool_use_id": call_id, "content": result.data["content"], "is_error": True}
-                ],
-            }
-            entry["uuid"] = parent = _repair_uuid(sid, call_id)
-            entry["timestamp"] = (
-                datetime.fromtimestamp(result.time_ms / 1000, timezone.utc)
-                .isoformat(timespec="milliseconds")
-                .replace("+00:00", "Z")
-            )
-            entry["toolUseResult"] = "Error: " + result.data["content"]
-            repairs.append(entry)  # type: ignore[arg-type]
-        self.append_sync(key, repairs)
-        return repairs
-
     # -- helpers -----------------------------------------------------------------------------------
 
     def _lock(self, sid: str) -> threading.Lock:
@@ -613,7 +689,7 @@ class JournalSessionStore(SessionStore):
         try:
             self._journal.create_session(sid, meta=_meta(key))
         except SessionExists:
-            pass
+            _check_owner(sid, self._journal.session(sid), key)
 
     def _tracker(self, sid: str, key: SessionKey) -> _Tracker:
         """The session's tracker, brought up to the log's end (the session made if missing)."""
@@ -625,6 +701,7 @@ class JournalSessionStore(SessionStore):
             info = j.session(sid)
         tracker = self._trackers.get(sid)
         if tracker is None or tracker.created_ms != info.created_ms or info.count < tracker.seen:
+            _check_owner(sid, info, key)
             tracker = self._trackers[sid] = _Tracker(info.created_ms)
         if info.count > tracker.seen:
             for event in j.events(sid, since=tracker.seen):
@@ -637,9 +714,46 @@ class JournalSessionStore(SessionStore):
             if not event.existing:
                 tracker.fold(event)
 
-    def _summary(self, sid: str, key: SessionKey, fresh: list[Any]) -> dict[str, Any]:
+    def _summary(self, sid: str, key: SessionKey, fresh: list[Any]) -> dict[str, Any] | None:
+        """The summary's new value, or ``None`` when the batch leaves it as it was (keyed state
+        keeps every version: writing an unchanged one would grow the file at every append)."""
         # Read here, written in the batch's transaction; the batch's expected_count makes the
         # read-fold-write one compare-and-set (the SDK asks stores to serialise it).
         prev = self._journal.state(sid, keys=[SUMMARY]).get(SUMMARY)
         folded = fold_session_summary(cast("SessionSummaryEntry", prev) if isinstance(prev, dict) else None, key, fresh)
-        return {SUMMARY: {"session_id": folded["session_id"], "mtime": 0, "data": folded["data"]}}
+        value = {"session_id": folded["session_id"], "mtime": 0, "data": folded["data"]}
+        return None if value == prev else {SUMMARY: value}
+
+
+# -- repair: the one recovery, for a store key ----------------------------------------------------------
+
+
+def repair(store: JournalSessionStore, key: SessionKey, *, force: bool = False) -> Repaired:
+    """After a crash, before resuming the session: run the journal's one recovery for the key's
+    session, so every call the crash left without a result gets a synthetic one (it MAY have
+    run: the SDK mirrors entries after Claude Code ran them) and the open turn ends
+    ``interrupted``.
+
+    Idempotent, and only needed once by whoever comes first: ``journal recover`` from a shell,
+    ``Journal.recover()`` or the async face's do the same, and ``load`` shows what any of them
+    wrote in Claude's shape (``project``), so a resume sends no orphan ``tool_use`` and nothing
+    re-runs the tool. ``added`` is therefore empty; ``unanswered`` names calls the transcript
+    shows without an answer that the journal holds no result for (entries stored without their
+    typed events). The journal cannot see Claude's process: call it when none drives the
+    session; a turn held by a live journal owner is left alone (``live_owner``) unless
+    ``force``. ``key`` is the SDK's ``SessionKey`` (see the module's docstring)."""
+    sid, j = journal_session_id(key), store.journal
+    try:
+        _check_owner(sid, j.session(sid), key)
+        (result,) = j.recover(sid, force=force)
+    except SessionNotFound:
+        return Repaired(sid)
+    if result.live_owner is not None:
+        return Repaired(sid, live_owner=result.live_owner)
+    entries = store.load_sync(key) or []
+    return Repaired(sid, recovered=tuple(result.appended), unanswered=tuple(owed_calls(entries)))
+
+
+async def arepair(store: JournalSessionStore, key: SessionKey, *, force: bool = False) -> Repaired:
+    """``repair``, awaitable: the journal's calls run in a worker thread (the loop never waits)."""
+    return await asyncio.to_thread(repair, store, key, force=force)

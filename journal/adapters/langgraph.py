@@ -14,8 +14,13 @@ is kept; any other becomes ``lg~`` + its SHA-256; the original is in the session
   namespace and checkpoint id (a retried put writes nothing);
 - each channel value whose version changed, serialized by the saver's ``serde``, as keyed state
   under ``lg.v:[namespace, channel, version]``. A channel that did not change is not copied: the
-  state grows with what changed. (LangGraph itself re-serializes a channel whole when it changes:
-  a ``messages`` list is written again, whole, at each step that adds a message.)
+  state grows with what changed. The messages channel, which LangGraph hands over whole at each
+  step, is stored as its delta (``langgraph_delta``): the new messages' bytes after the version
+  this saver stored or read last, with the chain of versions it extends (a full copy every
+  ``MAX_CHAIN`` versions, and whenever a message was replaced, removed or changed in place), so
+  a thread's bytes grow linearly with its messages, and every checkpoint — history, forks, pruned
+  ones — reads back exactly. (Another process deleting and re-creating a thread this saver is
+  still writing is not supported.)
 - in the root namespace, the typed events derived from the new messages of the ``messages``
   channel: a ``HumanMessage`` is a ``user_message``; an ``AIMessage`` with tool calls opens a turn
   if none is open, and is an ``assistant_message`` with its ``tool_calls`` followed by one
@@ -32,15 +37,42 @@ written to the root ``messages`` channel is a ``tool_result`` at once, in the sa
 returns (G1, G2). The dispatch barrier (G6) holds under ``durability="sync"``: LangGraph then
 commits the checkpoint that holds the ``AIMessage`` with tool calls before the tool node runs, and
 that checkpoint's transaction holds the ``tool_call`` events. So after a crash ``scan()`` names
-every call that may have run, and ``repair`` answers it in LangGraph's own shape (a
-``ToolMessage`` saying it MAY have run) instead of letting the graph run the tool again.
+every call that may have run.
 
-**What it cannot.** Under ``durability="async"`` a tool may start before its checkpoint is
-committed, and under ``"exit"`` only the last checkpoint is written: the journal then learns of a
-call after the fact, and a crash before that leaves no trace of it. A tool node that interrupts
-(``interrupt()`` for human approval) has its calls recorded as dispatched: repairing such a thread
-would report them as "may have run" — repair only a thread whose run died. Subgraph namespaces
-are stored but not mirrored into typed events (their messages usually reach the root state).
+**One recovery.** Whichever recovery runs — ``journal recover`` from a shell, ``j.recover()``,
+the async face's, or ``repair`` — the thread's *head* (its newest checkpoint, what the next run
+builds on) is read with what the journal knows projected into it (``langgraph_projection``): an
+``AIMessage`` whose calls have no ``ToolMessage`` gets, right after it, the ``ToolMessage`` a task
+stored before the crash or else the journal's result ("MAY have run"), in the channel values
+themselves (LangGraph drops pending writes when new input arrives), and the pending tool node's
+task reads as finished, going back to the node that asked. So ``get_state`` right after
+``journal recover`` shows the call answered, ``graph.invoke(None)`` goes on to the model without
+running the tool again, and ``graph.invoke(new input)`` hands the model an answered transcript.
+Older checkpoints read as stored. ``repair(graph, config)`` runs the recovery and stores that
+projected head as a real checkpoint, through the graph (``update_state`` as its ``ToolNode``, so
+the graph's own edges say what runs next); it is idempotent and builds on exactly the head it read.
+
+**Durability modes.** ``"sync"``: the barrier above; a kill anywhere in a tool step is answered
+and never re-run. ``"async"``: LangGraph stores checkpoints while the next step runs, so a tool
+may start before the journal has heard of its call: a call the journal knows is answered as
+above; one it never heard of is not (the head then reads as an earlier step, and LangGraph asks
+the model again or runs the tool node again). What is handed to the model is valid either way:
+the head's channel values never hold an unanswered call the journal can answer, nor an answer
+without its call. ``"exit"``: only the last checkpoint of a run is written; a crash loses the
+run, and the previous head stands.
+
+**PostgreSQL.** ``JournalSaver("postgresql://user@host/db")`` opens the journal on a server (the
+same guarantees, DESIGN §16); or pass an open ``journal.Journal`` to share it with the rest of
+the application (``JournalSaver(j)``; the saver then leaves it open).
+
+**What it cannot.** A tool node that interrupts (``interrupt()`` for human approval) has its calls
+recorded as dispatched: recovering such a thread reports them as "may have run" — recover only a
+thread whose run died. Without the graph (a read after ``journal recover``), the projected tool
+task goes back to the node that asked for the calls (the agent loop's edge); ``repair`` follows
+the graph's own edges. Tools run through ``Send`` (one task per call) are answered in the channel
+values only, not marked finished (untested): a new input is then safe, ``invoke(None)`` is not.
+Subgraph namespaces are stored but not mirrored into typed events (their messages usually reach
+the root state).
 Messages replaced or removed in LangGraph's state (same id, ``RemoveMessage``) keep their first
 form in the journal's transcript. ``prune`` and ``delete_for_runs`` hide checkpoints with an
 ``x.langgraph.delete`` event (the journal is append-only, G3): their bytes stay until
@@ -54,6 +86,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import builtins  # the saver has a `list` method (LangGraph's API): the annotations after it say builtins.list
 import hashlib
 import json
@@ -70,7 +103,6 @@ from journal.adapters import require
 
 require("langgraph.checkpoint.base", "langgraph")
 
-from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -83,11 +115,15 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from typing_extensions import Self  # (3.10: typing.Self is 3.11+; langchain-core brings it)
 
 import journal
-from journal.recovery import RecoveryResult, synthetic_result
+from journal.adapters import langgraph_delta as delta
+from journal.adapters import langgraph_projection as projection
+from journal.adapters.repaired import Repaired
+from journal.errors import ToolNodeNotFound
 
-__all__ = ["JournalSaver", "Repaired", "arepair", "repair", "session_id_for"]
+__all__ = ["JournalSaver", "Repaired", "ToolNodeNotFound", "arepair", "repair", "session_id_for"]
 
 log = logging.getLogger(__name__)
 
@@ -318,13 +354,16 @@ class JournalSaver(BaseCheckpointSaver[str]):
             self.journal, self._owned = journal.open(path_or_journal, durability=durability), True
         self.messages_channel = messages_channel
         self._known: set[str] = set()
+        # The last version of each thread's messages list this saver stored or read, by
+        # (session, namespace, channel): the base its next version is stored as a delta of.
+        self._lists: dict[tuple[str, str, str], delta.Stored] = {}
 
     def close(self) -> None:
         """Close the journal if this saver opened it."""
         if self._owned:
             self.journal.close()
 
-    def __enter__(self) -> JournalSaver:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -396,8 +435,15 @@ class JournalSaver(BaseCheckpointSaver[str]):
         return self.serde.loads_typed(_unb64(data[field + "_typed"]))
 
     def _tuple(
-        self, thread_id: str, session_id: str, event: journal.Event, writes: list[tuple[str, str, Any]]
-    ) -> CheckpointTuple:
+        self,
+        thread_id: str,
+        session_id: str,
+        event: journal.Event,
+        writes: list[tuple[str, str, Any]],
+        history: _History | None = None,
+    ) -> tuple[CheckpointTuple, builtins.list[Any]]:
+        """The stored checkpoint and the messages projected into it: for the thread's head
+        (``history`` given: the newest root checkpoint), what recovery wrote (``_project``)."""
         data = event.data
         ns = data["ns"]
         checkpoint = dict(self._decoded(data, "checkpoint"))
@@ -408,21 +454,36 @@ class JournalSaver(BaseCheckpointSaver[str]):
         values = {}
         for key, blob in stored.items():
             kind, payload = _unpack(blob)
+            chain: tuple[str, ...] = ()
+            if kind == delta.KIND:
+                chain = tuple(delta.read_delta(payload)[0])
+                kind, payload = delta.SERDE, self._rebuilt(session_id, ns, keys[key], payload)
             if kind != "empty":
                 values[keys[key]] = self.serde.loads_typed((kind, payload))
+            if history is not None and keys[key] == self.messages_channel:
+                version = str(checkpoint["channel_versions"][keys[key]])
+                self._remember((session_id, ns, keys[key]), version, chain, kind, payload)
         checkpoint["channel_values"] = values
         parent = data.get("parent_id")
-        return CheckpointTuple(
+        added: builtins.list[Any] = []
+        if history is not None and ns == "":
+            writes, added = self._project(session_id, history, event, checkpoint, writes)
+        found = CheckpointTuple(
             config=_config(thread_id, ns, checkpoint["id"]),
             checkpoint=checkpoint,  # type: ignore[arg-type]
             metadata=self._decoded(data, "metadata"),
             parent_config=_config(thread_id, ns, parent) if parent else None,
             pending_writes=writes,
         )
+        return found, added
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint named by ``config`` (its ``checkpoint_id``), or the thread's latest in
-        the namespace: the newest ``x.langgraph.checkpoint`` event, read newest first."""
+        the namespace: the newest ``x.langgraph.checkpoint`` event, read newest first. The
+        thread's head shows what recovery wrote (``_project``)."""
+        return self._get(config)[0]
+
+    def _get(self, config: RunnableConfig) -> tuple[CheckpointTuple | None, builtins.list[Any]]:
         configurable = config["configurable"]
         thread_id, ns = str(configurable["thread_id"]), configurable.get("checkpoint_ns", "")
         wanted = get_checkpoint_id(config)
@@ -430,14 +491,16 @@ class JournalSaver(BaseCheckpointSaver[str]):
         try:
             hidden = self._hidden(session_id)
             history = _History(self.journal, session_id)
+            head = True  # no newer root checkpoint seen yet
             for event in history:
                 found = (event.data["ns"], event.data["id"])
                 if found[0] == ns and found not in hidden and (wanted is None or found[1] == wanted):
                     writes = self._writes(session_id, history.writes_since(event)).get(found, [])
-                    return self._tuple(thread_id, session_id, event, writes)
+                    return self._tuple(thread_id, session_id, event, writes, history if head else None)
+                head = head and (found[0] != "" or found in hidden)
         except journal.SessionNotFound:
             pass
-        return None
+        return None, []
 
     def list(
         self,
@@ -469,11 +532,76 @@ class JournalSaver(BaseCheckpointSaver[str]):
             if not chosen:
                 continue
             writes = self._writes(session_id, min(history.writes_since(e) for e in chosen))
+            head = self._head(session_id, history)
             for event in chosen:
                 found = writes.get((event.data["ns"], event.data["id"]), [])
-                yield self._tuple(thread_id, session_id, event, found)
+                yield self._tuple(thread_id, session_id, event, found, history if event is head else None)[0]
             if left is not None:
                 left -= len(chosen)
+
+    def _rebuilt(self, session_id: str, ns: str, channel: str, row: bytes) -> bytes:
+        """The serde bytes of a list stored as a delta (``langgraph_delta``): two state reads."""
+        chain, count, tail = delta.read_delta(row)
+        keys = [_value_key(ns, channel, version) for version in chain]
+        rows = self.journal.state(session_id, keys=keys)
+        tails = [delta.read_delta(_unpack(rows[key])[1])[2] for key in keys[1:]]
+        return delta.rebuild(count, _unpack(rows[keys[0]])[1], [*tails, tail])
+
+    def _remember(
+        self, where: tuple[str, str, str], version: str, chain: tuple[str, ...], kind: str, data: bytes
+    ) -> None:
+        """Remember the head's messages list as read (``chain``: the versions its delta extends),
+        the base the next version is stored as a delta of."""
+        _row, stored = delta.extend(None, version, kind, data)
+        if stored is not None:
+            self._lists[where] = attrs.evolve(stored, chain=(*chain, version))
+
+    def _head(self, session_id: str, history: _History) -> journal.Event | None:
+        """The thread's head: its newest root checkpoint not hidden, the one a run builds on."""
+        hidden = self._hidden(session_id)
+        return next((e for e in history if e.data["ns"] == "" and ("", e.data["id"]) not in hidden), None)
+
+    def _project(
+        self,
+        session_id: str,
+        history: _History,
+        event: journal.Event,
+        checkpoint: dict[str, Any],
+        writes: builtins.list[tuple[str, str, Any]],
+    ) -> tuple[builtins.list[tuple[str, str, Any]], builtins.list[Any]]:
+        """Show in the head checkpoint what recovery wrote (``langgraph_projection``): the answers
+        of its unanswered tool calls in the messages channel, and the pending tool node's task as
+        finished. Changes ``checkpoint`` in place; returns the pending writes to show and the
+        answers added."""
+        channel = self.messages_channel
+        values = checkpoint["channel_values"]
+        messages = values.get(channel) if channel is not None else None
+        if not isinstance(messages, builtins.list):
+            return writes, []
+        owed = projection.unanswered(messages)
+        if not owed:
+            return writes, []
+        saved = {m.tool_call_id: m for _task, ch, value in writes if ch == channel for m in _tool_messages(value)}
+        results = _journal_results(self.journal, session_id, set(owed) - set(saved))
+        answered = projection.answer(messages, saved, results)
+        if answered is None:
+            return writes, []
+        values[channel], added = answered
+        assert channel is not None
+        nodes = projection.pending_nodes(checkpoint, values)
+        if len(nodes) != 1:
+            return writes, added
+        metadata = self._decoded(event.data, "metadata")
+        task_id = _task_id(checkpoint, nodes[0], int(metadata.get("step", -1)) + 1)
+        if task_id is None or any(w[0] == task_id for w in writes):
+            return writes, added  # the tool node's own writes are stored: LangGraph applies them
+        parent_id = event.data.get("parent_id")
+        parent = None
+        if parent_id is not None:
+            record = next((e for e in history if e.data["ns"] == "" and e.data["id"] == parent_id), None)
+            parent = self._decoded(record.data, "checkpoint") if record is not None else None
+        back_to = projection.asking_node(checkpoint, parent)
+        return [*writes, *projection.projected_writes(task_id, channel, added, back_to)], added
 
     def _select(
         self,
@@ -526,11 +654,17 @@ class JournalSaver(BaseCheckpointSaver[str]):
         data.update(self._field("checkpoint", record))
         data.update(self._field("metadata", get_serializable_checkpoint_metadata(config, metadata)))
         values = checkpoint["channel_values"]
-        state = {
-            _value_key(ns, channel, version): _pack(self.serde.dumps_typed(values[channel]))
-            for channel, version in new_versions.items()
-            if channel in values
-        }
+        state: dict[str, Any] = {}
+        lists: dict[tuple[str, str, str], delta.Stored | None] = {}
+        for channel, version in new_versions.items():
+            if channel not in values:
+                continue
+            typed = self.serde.dumps_typed(values[channel])
+            row = None
+            if channel == self.messages_channel and type(values[channel]) is builtins.list:
+                where = (session_id, ns, channel)
+                row, lists[where] = delta.extend(self._lists.get(where), str(version), typed[0], bytes(typed[1]))
+            state[_value_key(ns, channel, version)] = _pack((delta.KIND, row) if row is not None else typed)
         native = (CHECKPOINT, data, _key("lg.c", ns, checkpoint["id"]))
         derived, turn_state = self._mirror(session_id, ns, parent, values, new_versions, data)
         try:
@@ -541,6 +675,11 @@ class JournalSaver(BaseCheckpointSaver[str]):
             log.warning("journal: the typed events of checkpoint %s were not written: %s", checkpoint["id"], exc)
             data.pop("messages_mirrored", None)
             self._append(session_id, thread_id, [native], state)
+        for where, stored in lists.items():  # only once stored: a delta names versions that exist
+            if stored is None:
+                self._lists.pop(where, None)
+            else:
+                self._lists[where] = stored
         return _config(thread_id, ns, checkpoint["id"])
 
     def _field(self, name: str, value: Any) -> dict[str, Any]:
@@ -646,6 +785,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
         """Erase the thread: ``purge`` of its session (a copy keeps its own copy of the events)."""
         session_id = session_id_for(thread_id)
         self._known.discard(session_id)
+        for where in [w for w in self._lists if w[0] == session_id]:
+            del self._lists[where]
         try:
             self.journal.purge(session_id, copy_forks=True)
         except journal.SessionNotFound:
@@ -765,6 +906,18 @@ class JournalSaver(BaseCheckpointSaver[str]):
         await asyncio.to_thread(lambda: self.prune(thread_ids, strategy=strategy))
 
 
+def _task_id(checkpoint: dict[str, Any], node: str, step: int) -> str | None:
+    """The id LangGraph gives the task of ``node`` run from ``checkpoint`` at ``step`` (its
+    pending writes are matched by it), computed as LangGraph's ``prepare_next_tasks`` does."""
+    try:
+        from langgraph.pregel._algo import _uuid5_str, _xxhash_str
+    except ImportError:  # another LangGraph: then no task is shown finished (new input still works)
+        return None
+    func = _xxhash_str if checkpoint.get("v", 1) > 1 else _uuid5_str
+    namespace = binascii.unhexlify(str(checkpoint["id"]).replace("-", ""))
+    return func(namespace, node, str(step), node, "__pregel_pull", f"branch:to:{node}")
+
+
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
 
@@ -772,78 +925,88 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
 # -- repair after a crash ---------------------------------------------------------------------------
 
 
-@attrs.frozen
-class Repaired:
-    """What ``repair`` did: the journal's recovery, and the ``ToolMessage``s added to the graph."""
+def repair(graph: Any, config: RunnableConfig, *, force: bool = False, tools_node: str | None = None) -> Repaired:
+    """Make a thread whose run died answered, in LangGraph's own state (one shape: ``Repaired``).
 
-    session_id: str
-    recovered: tuple[RecoveryResult, ...]
-    tool_messages: tuple[Any, ...]
-
-
-def repair(graph: Any, config: RunnableConfig, *, tools_node: str = "tools") -> Repaired:
-    """Make a thread whose run died consistent, in LangGraph's own shape.
-
-    Runs the journal's recovery for the thread (a dispatched call without a result gets a
-    synthetic result saying it MAY have run; the open turn ends ``interrupted``), then adds to the
-    graph's state, as ``tools_node``, a ``ToolMessage`` for every tool call of the last
-    ``AIMessage`` that has none: a result the tool saved before the crash (a pending write) if
-    there is one, else the journal's result for the call. The next ``invoke`` (``None`` to go
-    on) then has no orphan tool call and does not run the tool again. Call it only for a thread
-    whose run is not going on. ``graph`` is compiled with a ``JournalSaver`` checkpointer."""
-    saver = graph.checkpointer
-    if not isinstance(saver, JournalSaver):
-        raise TypeError(f"repair needs a graph compiled with a JournalSaver checkpointer, not {type(saver).__name__}")
-    channel = saver.messages_channel or "messages"
+    Runs the journal's one recovery for the thread (``recover(session_id, force=force)``: a
+    dispatched call without a result gets a synthetic result saying it MAY have run, the open
+    turn ends ``interrupted``; nothing when another recovery got there first, or when a live
+    owner holds the turn: then ``live_owner`` is set and nothing is done). Then it reads the
+    thread's head exactly as the next run will (the read already shows those answers) and, when
+    that read added answers, stores them as a real checkpoint on that very head, as the graph's
+    tool node — so every later read, fork or time travel holds them, and ``invoke(None)`` goes on
+    at the node the graph's edges name. Idempotent; call it only for a thread whose run is not
+    going on. The tool node is the graph's ``ToolNode``; ``tools_node`` names it only when the
+    graph has several (``ToolNodeNotFound`` lists them)."""
+    saver = _saver_of(graph)
     thread_id = str(config["configurable"]["thread_id"])
     session_id = session_id_for(thread_id)
+    where: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    channel = saver.messages_channel or "messages"
+    if tools_node is not None and tools_node not in graph.nodes:
+        raise ToolNodeNotFound(tuple(sorted(graph.nodes)), (), named=tools_node)
+    head, added = saver._get(where)
+    if head is not None and (added or _owed(head, channel)):
+        _tool_node(graph, head, tools_node)  # a graph whose tool node is unclear is refused before any write
     try:
-        recovered = tuple(saver.journal.recover(session_id))
+        (result,) = saver.journal.recover(session_id, force=force)
     except journal.SessionNotFound:
-        return Repaired(session_id, (), ())
-    messages = list(graph.get_state(config).values.get(channel) or [])
-    asked = [i for i, m in enumerate(messages) if getattr(m, "type", None) == "ai" and getattr(m, "tool_calls", None)]
-    if not asked:
-        return Repaired(session_id, recovered, ())
-    request = messages[asked[-1]]
-    answered = {m.tool_call_id for m in messages[asked[-1] + 1 :] if getattr(m, "type", None) == "tool"}
-    missing = [c for c in request.tool_calls if c.get("id") and c["id"] not in answered]
-    if not missing:
-        return Repaired(session_id, recovered, ())
-    latest = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
-    saved = {
-        m.tool_call_id: m
-        for _task, ch, value in (latest.pending_writes or [] if latest else [])
-        if ch == channel
-        for m in _tool_messages(value)
-    }
-    stored = _journal_results(saver.journal, session_id, {c["id"] for c in missing} - set(saved))
-    added = []
-    for call in missing:
-        if call["id"] in saved:
-            added.append(saved[call["id"]])
-            continue
-        result = stored.get(call["id"])
-        if result is None:  # the journal never saw the call (not run under durability="sync")
-            result = synthetic_result(
-                call["id"], call.get("name"), journal.Risk.TOOL_OUTCOME_UNKNOWN, source="langgraph.repair"
-            ).data
-        added.append(
-            ToolMessage(
-                content=result["content"],
-                tool_call_id=call["id"],
-                name=result.get("name"),
-                status="error" if result.get("is_error") else "success",
-                response_metadata={"journal": result["metadata"]} if isinstance(result.get("metadata"), dict) else {},
-            )
+        return Repaired(session_id)
+    if result.live_owner is not None:
+        return Repaired(session_id, live_owner=result.live_owner)
+    head, added = saver._get(where)  # exactly what the next run reads, recovery's answers projected
+    if head is None:
+        return Repaired(session_id, result.appended)
+    unanswered = _owed(head, channel)
+    if not added:
+        # What is still unanswered has no result in the journal (a call awaiting a human, or one
+        # it never heard of under durability="async"): shown as it is, never invented here.
+        return Repaired(session_id, result.appended, unanswered=unanswered)
+    # Built on that very head (its config names it): the checkpoint the next step builds on
+    # holds the answers, whatever the pending writes say.
+    graph.update_state(head.config, {channel: added}, as_node=_tool_node(graph, head, tools_node))
+    return Repaired(session_id, result.appended, added=tuple(added), unanswered=unanswered)
+
+
+def _owed(head: CheckpointTuple, channel: str) -> tuple[str, ...]:
+    messages = head.checkpoint["channel_values"].get(channel)
+    return tuple(projection.unanswered(messages)) if isinstance(messages, list) else ()
+
+
+async def arepair(
+    graph: Any, config: RunnableConfig, *, force: bool = False, tools_node: str | None = None
+) -> Repaired:
+    """``repair``'s awaitable twin: the same work in a worker thread (the loop never waits on the file)."""
+    return await asyncio.to_thread(lambda: repair(graph, config, force=force, tools_node=tools_node))
+
+
+def _saver_of(graph: Any) -> JournalSaver:
+    saver = getattr(graph, "checkpointer", None)
+    if not isinstance(saver, JournalSaver):
+        raise journal.InvalidArgument(
+            "graph", f"must be compiled with a JournalSaver checkpointer, not {type(saver).__name__}"
         )
-    graph.update_state(config, {channel: added}, as_node=tools_node)
-    return Repaired(session_id, recovered, tuple(added))
+    return saver
 
 
-async def arepair(graph: Any, config: RunnableConfig, *, tools_node: str = "tools") -> Repaired:
-    """``repair`` in a worker thread (it waits on the file)."""
-    return await asyncio.to_thread(repair, graph, config, tools_node=tools_node)
+def _tool_node(graph: Any, head: CheckpointTuple, named: str | None) -> str:
+    """The graph's tool node: ``named`` (checked), else its one ``ToolNode``, else the one of
+    several (or of none) that the head runs next."""
+    from langgraph.prebuilt import ToolNode
+
+    nodes = dict(graph.nodes)
+    if named is not None:
+        if named not in nodes:
+            raise ToolNodeNotFound(tuple(sorted(nodes)), (), named=named)
+        return named
+    tools = sorted(n for n, spec in nodes.items() if isinstance(getattr(spec, "bound", None), ToolNode))
+    if len(tools) == 1:
+        return tools[0]
+    pending = projection.pending_nodes(head.checkpoint, head.checkpoint["channel_values"])
+    chosen = [n for n in pending if n in tools] if tools else pending
+    if len(chosen) == 1:
+        return chosen[0]
+    raise ToolNodeNotFound(tuple(sorted(nodes)), tuple(tools or pending))
 
 
 def _journal_results(j: journal.Journal, session_id: str, call_ids: set[str]) -> dict[str, dict[str, Any]]:

@@ -6,8 +6,8 @@ Plug it in with one line::
     result = await journal_run(agent, "pay the invoice", session=session)
 
 or, with ``Runner.run`` itself, ``Runner.run(agent, text, session=session,
-hooks=session.run_hooks())``. After a restart, call ``await repair(session)`` before the next run
-(``journal_run`` does it for a session left with an open turn).
+hooks=session.run_hooks())``. ``"agent.db"`` may be a PostgreSQL DSN (``"postgresql://..."``), or
+pass an open ``journal.Journal`` / ``journal.aio.AsyncJournal`` to share one among sessions.
 
 What is stored. Every item the runner saves is an ``x.openai_agents.item`` event holding the item
 verbatim (``get_items`` gives it back deep-equal, ids kept). In the same transaction the adapter
@@ -22,6 +22,16 @@ when the popped item's derived message is the transcript's last, ``retract``s it
 deleted. ``clear_session`` appends an ``x.openai_agents.clear`` marker after which ``get_items``
 is empty; the log, its turns and the messages view keep what came before (the journal's promise is
 that no evidence is deleted). To erase a conversation for real, ``purge()`` erases the session.
+
+One recovery; the items are a projection. The typed log is the truth: ``get_items`` shows what
+any recovery wrote -- ``journal recover`` from a shell, ``j.recover()``, ``reconcile()``, the
+async face, ``repair`` -- in the framework's shape and place: a ``function_call_output`` carrying
+the journal's result (the real one, or "MAY have run ... verify before retrying" / "did not run")
+right after each call it answers, and the ``function_call`` item of a call the runner never saved
+(it saves a call with its output, after the tool ran) with its output where the model's answer
+asked for it, before the next input. The next run therefore sends no orphan call (no provider
+400) and is told the call may have run, so the tool is not simply run again -- whichever recovery
+ran first, however often (``openai_items`` explains how a read stays as cheap as before).
 
 What the hooks add (``JournalRunHooks``). A turn per run (opened when the agent starts, closed
 once the run's last items are saved), a step per model call, the model's answer with its tool
@@ -49,15 +59,13 @@ asked for the call is never lost while its dispatch is kept; a power cut can tak
 result, the items saved after it, a plain answer and the turn's end, and recovery then says the
 call MAY have run -- never that it did not.
 
-What ``repair`` does after a crash. It runs the journal's recovery for the session (a synthetic
-``tool_result`` for every call the interrupted turn owes: "MAY have run" for a dispatched one,
-"did not run" for one never dispatched; then ``turn_end(interrupted)``), and then makes the
-session's own items consistent, in the framework's shape: each ``function_call`` item without a
-``function_call_output`` gets one carrying the journal's result, and the calls of an interrupted
-turn that the runner never saved (it saves a call together with its output, after the tool ran)
-are added as a ``function_call`` item plus its output. The next run therefore sends no orphan
-call (no provider 400) and the model is told that the call may have run, so the tool is not
-simply run again.
+After a crash. ``journal_run`` calls ``arepair`` before every run. With ``Runner.run`` and the
+hooks, call ``repair(session)`` (sync) or ``await arepair(session)`` first -- or have any other
+recovery run (``journal recover``): a run whose turn a crash left open is refused at its start
+with ``OpenTurnError`` naming ``repair``, because the runner has read the items for the model by
+then. ``repair`` runs the journal's recovery for the session and returns a ``Repaired``
+(``journal.adapters.repaired``): what recovery appended, the calls still unanswered, or the live
+process that holds the turn (then nothing is done unless ``force=True``).
 
 What it cannot do, honestly:
 
@@ -68,16 +76,18 @@ What it cannot do, honestly:
 - Tool call ids must be unique within a session (the providers' are): the journal keeps one result
   per call id, and a reused id is refused at dispatch rather than run twice.
 - A ``function_call`` the journal never answered (a call waiting for a human approval, an item
-  added by hand) is left alone by ``repair`` and listed in ``Repaired.unanswered``.
+  added by hand) is left alone and listed in ``Repaired.unanswered``.
 - ``pop_item`` writes its marker and its ``retract`` in two transactions (the engine's
   ``retract`` is a call of its own); a crash between them leaves the item popped for the
-  framework and still visible in the messages view.
+  framework and still visible in the messages view. Popping a projected item hides it from the
+  items; the typed result stays in the log and the messages view.
 - Output the SDK converts differently from its own ``ItemHelpers.tool_call_output_item`` (an
   error replaced by a guardrail, say) reaches the journal twice: the hooks' result wins and the
   session's copy is kept as ``tool_result_late``.
-- ``repair`` adds the call items of an interrupted answer, not its text or reasoning items
-  (the journal's ``assistant_message`` keeps them); the runner saves the user's input before the
-  agent starts, so the input's ``user_message`` precedes the run's ``turn_start``.
+- The projection of an interrupted answer holds its call items, not its text or reasoning items
+  (the journal's ``assistant_message`` keeps the text); the runner saves the user's input before
+  the agent starts, so the input's ``user_message`` precedes the run's ``turn_start``, and a run
+  refused for a crash has saved its input (the retried run saves it again).
 - Opening a ``JournalSession`` from a path opens the file at once, on the calling thread (as
   ``SQLiteSession`` does); its methods then never wait on the disk on the event loop.
 - ``Runner.run_streamed`` calls the same session methods and hooks, but only ``Runner.run`` is
@@ -85,6 +95,9 @@ What it cannot do, honestly:
 - A run whose turn was closed under it (another process's ``recover(force=True)``) learns it at
   its next write: after the model call that follows, not before it; the dispatch refuses the
   tool in any case (``LeaseLost``). Its items are still saved, then ``LeaseLost`` is raised.
+- One ``JournalRunHooks`` follows one run at a time, and two runs of one session in one process
+  must not overlap: recovery closes a turn this process opened (it cannot tell a live run of its
+  own from a dead one), so a second run's repair would close the first run's turn.
 """
 
 from __future__ import annotations
@@ -92,11 +105,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import json
 import os
 import re
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TypeVar
 
 import attrs
 
@@ -111,194 +123,70 @@ from agents.result import RunResult
 from openai.types.responses import ResponseFunctionToolCall
 
 import journal
+from journal.adapters.openai_items import (
+    CLEAR,
+    ITEM,
+    MARKERS,
+    POP,
+    Shown,
+    Typed,
+    assistant,
+    cut_tail,
+    derive,
+    get,
+    is_assistant_side,
+    pop_data,
+    project,
+    shown_items,
+    tail_claims,
+)
+from journal.adapters.repaired import Repaired
 from journal.aio import AsyncJournal
 from journal.errors import (
     CountMismatch,
     InvalidArgument,
     JournalError,
     LeaseLost,
+    OpenTurnError,
     SessionExists,
     SessionNotFound,
     TurnHeld,
     UnknownToolCall,
+    WrongLoop,
 )
 from journal.model import Event
 
-__all__ = ["JournalRunHooks", "JournalSession", "Repaired", "journal_run", "journal_session_id", "repair"]
+__all__ = [
+    "CLEAR",
+    "ITEM",
+    "POP",
+    "JournalRunHooks",
+    "JournalSession",
+    "Repaired",
+    "arepair",
+    "journal_run",
+    "journal_session_id",
+    "repair",
+]
 
+R = TypeVar("R")
 FRAMEWORK = "openai-agents"
-ITEM = "x.openai_agents.item"
-POP = "x.openai_agents.pop"
-CLEAR = "x.openai_agents.clear"
-_MARKERS = [ITEM, POP, CLEAR]
-_REPAIR = "repair"  # the ``source`` of the items repair() adds: their typed events exist already
+_HASHED = f"{FRAMEWORK}-"  # the prefix of hashed ids: reserved, so an id given with it is hashed too
 _VALID_ID = re.compile(r"[\x21-\x7e]{1,256}")
 _CAS_TRIES = 100  # compare-and-append retries before giving up (each loses only to a real write)
 
 
 def journal_session_id(session_id: str) -> str:
     """The journal's id for an openai-agents session id: the same id when it is one the journal
-    accepts (1-256 printable ASCII characters without spaces), else a stable
-    ``openai-agents-<sha256>`` name. The original is kept in the session's meta."""
+    accepts (1-256 printable ASCII characters without spaces) and does not start with the
+    reserved ``openai-agents-``, else a stable ``openai-agents-<sha256>`` name -- so two
+    different ids never share a journal session. The original is kept in the session's meta."""
     if not isinstance(session_id, str):
         raise InvalidArgument("session_id", f"must be a string, not {type(session_id).__name__}")
-    if _VALID_ID.fullmatch(session_id):
+    if _VALID_ID.fullmatch(session_id) and not session_id.startswith(_HASHED):
         return session_id
     digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
-    return f"{FRAMEWORK}-{digest[:40]}"
-
-
-# -- deriving typed events from items (pure) -----------------------------------------------------
-
-
-def _get(item: Any, name: str) -> Any:
-    return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
-
-
-def _is_assistant_side(item: Any) -> bool:
-    """Items the model produced: they group into one assistant message."""
-    kind = _get(item, "type")
-    if kind in ("function_call", "reasoning"):
-        return True
-    return _get(item, "role") == "assistant" and kind in (None, "message")
-
-
-def _text(content: Any) -> Any:
-    """A message's content as the journal shows it: a string as is, text parts joined, anything
-    else (images, files) kept as the list of parts."""
-    if isinstance(content, str) or not isinstance(content, list):
-        return content
-    texts = []
-    for part in content:
-        text = part.get("text", part.get("refusal")) if isinstance(part, dict) else None
-        if not isinstance(text, str):
-            return content
-        texts.append(text)
-    return "".join(texts)
-
-
-def _arguments(raw: Any) -> Any:
-    """A call's arguments: the decoded JSON the model sent, or the raw string if it is not JSON."""
-    if not isinstance(raw, str):
-        return raw
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return raw
-
-
-def _calls_key(call_id: str) -> str:
-    """The idempotency key of the assistant message that requested ``call_id`` first: the hooks
-    and the session derive the same message, and the journal keeps the first one written."""
-    key = f"oa-calls:{call_id}"
-    return (
-        key if len(key) <= 256 else "oa-calls:" + hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()
-    )
-
-
-def _assistant(group: Sequence[Any], *, keep_items: bool = False) -> list[tuple[str, dict[str, Any], str | None]]:
-    """The typed events of a run of assistant-side items: one message with the calls, or one
-    message per text message when there are none. Items the journal could not type (a call
-    without an id or name, a repeated call id, content that is not content) stay verbatim only."""
-    calls: dict[str, Any] = {}
-    for item in group:
-        call_id, name = _get(item, "call_id"), _get(item, "name")
-        if (
-            _get(item, "type") == "function_call"
-            and isinstance(call_id, str)
-            and call_id
-            and isinstance(name, str)
-            and name
-        ):
-            calls.setdefault(call_id, item)
-    texts = [
-        _text(_get(i, "content"))
-        for i in group
-        if _get(i, "type") not in ("function_call", "reasoning") and _is_content(_get(i, "content"))
-    ]
-    if not calls:
-        return [("assistant_message", {"content": t, "stop_reason": "stop"}, None) for t in texts]
-    content: Any = "".join(texts) if all(isinstance(t, str) for t in texts) else texts
-    data: dict[str, Any] = {
-        "content": content,
-        "tool_calls": [
-            {"id": call_id, "name": _get(c, "name"), "arguments": _arguments(_get(c, "arguments"))}
-            for call_id, c in calls.items()
-        ],
-        "stop_reason": "tool_use",
-    }
-    if keep_items:  # what repair() needs to rebuild the call items the runner never saved
-        data["metadata"] = {"openai_agents": {"items": list(group)}}
-    return [("assistant_message", data, _calls_key(next(iter(calls))))]
-
-
-def _typed(item: dict[str, Any]) -> list[tuple[str, dict[str, Any], str | None]]:
-    """The typed events of one item that is not assistant-side."""
-    kind, role, call_id = item.get("type"), item.get("role"), item.get("call_id")
-    if kind == "function_call_output" and isinstance(call_id, str) and call_id and _is_content(item.get("output")):
-        return [("tool_result", {"tool_call_id": call_id, "content": item["output"]}, None)]
-    if kind in (None, "message") and _is_content(item.get("content")):
-        if role == "user":
-            return [("user_message", {"content": _text(item["content"])}, None)]
-        if role in ("system", "developer"):
-            return [("system_message", {"content": _text(item["content"])}, None)]
-    return []
-
-
-def _is_content(value: Any) -> bool:
-    """Whether the journal takes ``value`` as a message's content (text or JSON blocks)."""
-    return isinstance(value, (str, list, dict))
-
-
-def _derive(items: Sequence[Any]) -> list[tuple[str, dict[str, Any], str | None]]:
-    """The batch ``add_items`` appends: each item verbatim, each followed by the typed events it
-    completes (a group of assistant-side items by its one message, after its last item)."""
-    batch: list[tuple[str, dict[str, Any], str | None]] = []
-    group: list[Any] = []
-    for item in items:
-        if isinstance(item, dict) and _is_assistant_side(item):
-            group.append(item)
-            batch.append((ITEM, {"item": item}, None))
-            continue
-        if group:
-            batch.extend(_assistant(group))
-            group = []
-        batch.append((ITEM, {"item": item}, None))
-        if isinstance(item, dict):
-            batch.extend(_typed(item))
-    if group:
-        batch.extend(_assistant(group))
-    return batch
-
-
-def _fold(events: Iterable[Event]) -> list[Event]:
-    """The item events ``get_items`` shows, from events in seq order (items, pops, clears)."""
-    shown: dict[int, Event] = {}
-    for event in events:
-        if event.type == CLEAR:
-            shown.clear()
-        elif event.type == POP:
-            shown.pop(event.data["seq"], None)
-        else:
-            shown[event.seq] = event
-    return list(shown.values())
-
-
-def _fold_back(newest: Sequence[Event], limit: int) -> tuple[list[Event], bool]:
-    """The last ``limit`` shown item events, from events newest first; and whether that answer is
-    complete (a clear or ``limit`` items were reached, so older events cannot change it)."""
-    popped: set[int] = set()
-    out: list[Event] = []
-    for event in newest:
-        if event.type == CLEAR:
-            return out[::-1], True
-        if event.type == POP:
-            popped.add(event.data["seq"])
-        elif event.seq not in popped:
-            out.append(event)
-            if len(out) == limit:
-                return out[::-1], True
-    return out[::-1], False
+    return f"{_HASHED}{digest[:40]}"
 
 
 # -- the journal, sync or async -------------------------------------------------------------------
@@ -318,6 +206,35 @@ class _Calls:
             return await method(*args, **kwargs)
         return await asyncio.to_thread(functools.partial(method, *args, **kwargs))
 
+    async def run(self, routine: Callable[[_Calls], Coroutine[Any, Any, R]]) -> R:
+        """Run ``routine(calls)``, a few journal calls in a row, in one worker-thread hop for a
+        sync ``Journal`` (each hop costs a thread switch) or awaited as is on an ``AsyncJournal``."""
+        if self._async:
+            return await routine(self)
+        direct = _Direct(self.target)
+        return await asyncio.to_thread(lambda: _drive(routine(direct)))
+
+
+class _Direct(_Calls):
+    """Calls a sync ``Journal``'s method right here: the coroutine never suspends, so the sync
+    ``repair`` runs the same code as ``arepair`` (see ``_drive``)."""
+
+    async def __call__(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.target, name)(*args, **kwargs)
+
+    async def run(self, routine: Callable[[_Calls], Coroutine[Any, Any, R]]) -> R:
+        return await routine(self)
+
+
+def _drive(coro: Coroutine[Any, Any, R]) -> R:
+    """Run a coroutine that never suspends (its journal calls are ``_Direct``) to its end."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    coro.close()  # pragma: no cover - a _Direct call never suspends
+    raise RuntimeError("a synchronous journal call suspended")  # pragma: no cover
+
 
 # -- the session ---------------------------------------------------------------------------------
 
@@ -325,10 +242,11 @@ class _Calls:
 class JournalSession:
     """An openai-agents ``Session`` kept in a journal (see the module's docstring).
 
-    ``path_or_journal``: a path (the journal is opened here, with ``durability``, and closed by
-    ``close()``), or an open ``journal.Journal`` or ``journal.aio.AsyncJournal`` (the caller
-    closes it). ``journal_id`` is the journal's session id (``journal_session_id(session_id)`` by
-    default). Methods are coroutines that never wait on the disk on the event loop.
+    ``path_or_journal``: a path or a PostgreSQL DSN (the journal is opened here, with
+    ``durability``, and closed by ``close()``), or an open ``journal.Journal`` or
+    ``journal.aio.AsyncJournal`` (the caller closes it; share one among many sessions).
+    ``journal_id`` is the journal's session id (``journal_session_id(session_id)`` by default).
+    Methods are coroutines that never wait on the disk on the event loop.
     """
 
     session_settings: SessionSettings | None = None
@@ -365,48 +283,64 @@ class JournalSession:
         return JournalRunHooks(self)
 
     async def _ensure(self) -> None:
-        """Create the journal session on the first write (as ``SQLiteSession`` does)."""
+        """Create the journal session on the first write (as ``SQLiteSession`` does). A journal
+        session that already holds another openai-agents session (a ``journal_id`` given twice)
+        is refused: two conversations never share one log."""
         if self._created:
             return
+        meta = {"framework": FRAMEWORK, "session_id": self.session_id}
         try:
-            await self._call(
-                "create_session", self.journal_id, meta={"framework": FRAMEWORK, "session_id": self.session_id}
-            )
+            await self._call("create_session", self.journal_id, meta=meta)
         except SessionExists:
-            pass
+            found = (await self._call("session", self.journal_id)).meta or {}
+            other = found.get("session_id")
+            if found.get("framework") == FRAMEWORK and other != self.session_id:
+                shown = other[:80] if isinstance(other, str) else other
+                raise InvalidArgument(
+                    "session_id",
+                    f"{self.session_id!r} maps to journal session {self.journal_id!r}, which holds the openai-agents "
+                    f"session {shown!r}: give each its own journal_id",
+                ) from None
         self._created = True
 
     # -- the Session protocol ----------------------------------------------------------------------
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The session's items, oldest first: the last ``limit`` of them (``session_settings.limit``
-        when not given; all for ``None`` or a negative limit, none for 0)."""
+        when not given; all for ``None`` or a negative limit, none for 0). What recovery wrote
+        that the items lack is shown in their shape and place (see ``openai_items.project``)."""
         wanted = resolve_session_limit(limit, self.session_settings)
         if wanted == 0:
             return []
         try:
-            shown = await self._shown(None if wanted is None or wanted < 0 else wanted)
+            if wanted is None or wanted < 0:  # every item: the common read, kept as cheap as a fold
+                return await self._call.run(self._all_items)
+            view = await self._view(wanted)
         except SessionNotFound:
             return []
-        return [event.data["item"] for event in shown]
+        return [shown.item for shown in view]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Append the items and their typed events in one transaction (durable on return)."""
+        """Append the items and their typed events in one transaction (durable on return), after
+        the projections of the log's tail that the items would otherwise bury (see
+        ``openai_items``): what ``get_items`` showed before stays shown, in its place."""
         if not items:
             return
         await self._ensure()
-        batch = _derive(list(items))
+        items = list(items)
+        batch = derive(items)
         hooks = self._hooks
         if hooks is None or hooks._turn is None:
-            await self._call("append_many", self.journal_id, batch)
+            await self._append_items(items, batch)
             return
         # Inside the hooks' turn: the step's bookkeeping goes in the same transaction -- the
         # step these items complete is closed with them, and the run's last items end the turn.
         ending = hooks.ending
         try:
-            await hooks._fenced(batch, close=True, ends=ending)
+            kept, _ = await self._keep_tail(items)
+            await hooks._fenced(kept + batch, close=True, ends=ending)
         except LeaseLost:
-            await self._call("append_many", self.journal_id, batch)  # the items are kept all the same
+            await self._append_items(items, batch)  # the items are kept all the same
             raise
         finally:
             if ending:
@@ -421,15 +355,17 @@ class JournalSession:
                 count = await self._call("count", self.journal_id)
             except SessionNotFound:
                 return None
-            last = await self._shown(1)
+            last = await self._view(1)
             if not last:
                 return None
+            (shown,) = last
             try:
-                await self._call("append", self.journal_id, POP, {"seq": last[0].seq}, expected_count=count)
+                await self._call("append", self.journal_id, POP, pop_data(shown.key), expected_count=count)
             except CountMismatch:
                 continue  # someone appended meanwhile: look again
-            await self._retract_derived(last[0].seq)
-            return last[0].data["item"]
+            if shown.at is None:  # an item the runner saved: its typed event follows it
+                await self._retract_derived(shown.key[1])
+            return shown.item
         raise CountMismatch(self.journal_id, count, -1)  # pragma: no cover - a writer that never pauses
 
     async def clear_session(self) -> None:
@@ -460,23 +396,86 @@ class JournalSession:
 
     # -- reading -----------------------------------------------------------------------------------
 
-    async def _shown(self, limit: int | None) -> list[Event]:
-        """The item events ``get_items`` shows, oldest first; the last ``limit`` of them.
+    async def _view(self, limit: int | None, call: _Calls | None = None) -> list[Shown]:
+        """What ``get_items`` shows, oldest first; the last ``limit`` of it.
 
-        Read through the journal's index of app events: all of them since the last clear, or,
-        with a limit, a window of the newest markers that grows until it holds the answer (pops
-        between the items make a window of ``limit`` events too small)."""
+        Read through the journal's index of app events (all of them since the last clear, or,
+        with a limit, a window of the newest markers that grows until it holds the answer: pops
+        between the items make a window of ``limit`` events too small), plus the log's tail."""
+        call = call or self._call
+        sid = self.journal_id
+        tail, _ = await self._tail(call)
         if limit is None:
-            cleared = await self._call("events", self.journal_id, types=[CLEAR], newest_first=True, limit=1)
-            since = cleared[0].seq + 1 if cleared else 0
-            return _fold(await self._call("events", self.journal_id, since=since, types=_MARKERS))
+            since = await self._cleared(call)
+            return project(await call("events", sid, since=since, types=MARKERS), tail, since=since)
         window = limit + 8
         while True:
-            newest = await self._call("events", self.journal_id, types=_MARKERS, newest_first=True, limit=window)
-            shown, complete = _fold_back(newest, limit)
-            if complete or len(newest) < window:
-                return shown
+            newest = await call("events", sid, types=MARKERS, newest_first=True, limit=window)
+            clears = [e.seq for e in newest if e.type == CLEAR]
+            since = clears[0] + 1 if clears else 0
+            marks = [e for e in reversed(newest) if e.seq >= since]
+            view = project(marks, tail, since=since)
+            if clears or len(newest) < window:
+                return view[-limit:]
+            # Items stored before the window may still stand among what it shows (a projection
+            # stored later stands at its ``at``): only what stands inside the window is certain.
+            low = marks[0].seq if marks else since
+            if sum(1 for shown in view if shown.pos[0] >= low) >= limit:
+                return view[-limit:]
             window *= 4
+
+    async def _all_items(self, call: _Calls) -> list[Any]:
+        """Every item ``get_items`` shows (one thread hop: see ``_Calls.run``)."""
+        tail, _ = await self._tail(call)
+        since = await self._cleared(call)
+        return shown_items(await call("events", self.journal_id, since=since, types=MARKERS), tail, since=since)
+
+    async def _cleared(self, call: _Calls) -> int:
+        """The seq after the session's last clear marker (0 when it was never cleared)."""
+        cleared = await call("events", self.journal_id, types=[CLEAR], newest_first=True, limit=1)
+        return cleared[0].seq + 1 if cleared else 0
+
+    async def _tail(self, call: _Calls | None = None) -> tuple[list[Event], int]:
+        """The log's tail (``openai_items.cut_tail``), in seq order, and the session's count,
+        read from the end of the log: a few events in a run without a crash."""
+        call = call or self._call
+        window = 16
+        while True:
+            newest = await call("events", self.journal_id, newest_first=True, limit=window)
+            tail, complete = cut_tail(newest)
+            if complete or len(newest) < window:
+                return tail, (newest[0].seq + 1 if newest else 0)
+            window *= 4
+
+    async def _keep_tail(self, items: Sequence[Any], call: _Calls | None = None) -> tuple[list[Typed], int]:
+        """The item events that store the tail's projections before ``items`` bury the tail, and
+        the count they were read at. Without a crash the tail owes nothing (one short read)."""
+        call = call or self._call
+        tail, count = await self._tail(call)
+        called = {get(i, "call_id") for i in items if get(i, "type") == "function_call"}
+        answered = {get(i, "call_id") for i in items if get(i, "type") == "function_call_output"}
+        if not tail_claims(tail, called=called, answered=answered):
+            return [], count
+        since = await self._cleared(call)
+        marks = await call("events", self.journal_id, since=since, types=MARKERS)
+        view = project(marks, tail, since=since, called=called, answered=answered)
+        return [(ITEM, {"item": s.item, "at": s.at}, None) for s in view if not s.stored], count
+
+    async def _append_items(self, items: Sequence[Any], batch: list[Typed]) -> None:
+        """Append ``batch`` after the tail's projections, compare-and-append on the count they
+        were read at (a writer in between makes it read the tail again); one thread hop."""
+
+        async def append(call: _Calls) -> None:
+            for _ in range(_CAS_TRIES):
+                kept, count = await self._keep_tail(items, call)
+                try:
+                    await call("append_many", self.journal_id, kept + batch, expected_count=count)
+                    return
+                except CountMismatch:
+                    continue
+            raise CountMismatch(self.journal_id, count, -1)  # pragma: no cover - a writer that never pauses
+
+        await self._call.run(append)
 
     async def _retract_derived(self, item_seq: int) -> None:
         """Retract the message derived from the popped item (appended right after it) if it is
@@ -489,7 +488,10 @@ class JournalSession:
 # -- the hooks -----------------------------------------------------------------------------------
 
 
-_Typed = tuple[str, dict[str, Any], str | None]
+_REPAIR_FIRST = (
+    "a run of this session did not finish (a crash?): repair(session) or await arepair(session) answers its "
+    "calls and closes it honestly (journal_run does it before each run); unless another process is running it"
+)
 
 
 @attrs.frozen
@@ -538,9 +540,14 @@ class JournalRunHooks(RunHooks[Any]):
             if self.ending:
                 await self.finish()
             else:  # a run of these hooks ended without closing its turn (it raised)
-                await repair(self.session)
+                await _repair(self._call, self.session, force=False, report=False)
         await self.session._ensure()
-        turn = await self._call("turn_start", self.session.journal_id)
+        try:
+            turn = await self._call("turn_start", self.session.journal_id)
+        except OpenTurnError as exc:
+            # A run that did not finish (a crash) left its turn open. The runner has already
+            # read the session's items for the model: repairing here would be too late for them.
+            raise OpenTurnError(exc.seq, _REPAIR_FIRST) from exc
         self._turn, self._steps, self._running, self.ending = turn, _Steps(), 0, False
         self._count, self._mine = turn.start_seq + 1, set()
 
@@ -558,12 +565,12 @@ class JournalRunHooks(RunHooks[Any]):
         if self._turn is None:
             return
         items = response.to_input_items()
-        if not any(_get(i, "type") == "function_call" for i in items):
+        if not any(get(i, "type") == "function_call" for i in items):
             # A plain answer is recorded from the session's items, with them (and its step).
             self._steps = attrs.evolve(self._steps, unsaved=True)
             return
-        group = [i for i in items if isinstance(i, dict) and _is_assistant_side(i)]
-        ((kind, data, key),) = _assistant(group, keep_items=True)
+        group = [i for i in items if isinstance(i, dict) and is_assistant_side(i)]
+        ((kind, data, key),) = assistant(group, keep_items=True)
         usage = response.usage
         cached = getattr(usage.input_tokens_details, "cached_tokens", None) or 0
         data["usage"] = {"input": usage.input_tokens, "output": usage.output_tokens, "cache_read": cached}
@@ -581,7 +588,7 @@ class JournalRunHooks(RunHooks[Any]):
             # The answer was not seen here (a run resumed after an approval): record the call
             # first; a raise in this hook would keep the tool from running.
             item = _call_item(context)
-            ((kind, data, key),) = _assistant([item], keep_items=True)
+            ((kind, data, key),) = assistant([item], keep_items=True)
             self._note(await self._call("append", self.session.journal_id, kind, data, key=key))
             done = await self._call("dispatch", self.session.journal_id, call_id, turn=self._turn)
         self._running += 1
@@ -626,7 +633,7 @@ class JournalRunHooks(RunHooks[Any]):
             self._count += 1
 
     async def _fenced(
-        self, payload: list[_Typed], *, opens: bool = False, close: bool = False, ends: bool = False
+        self, payload: list[Typed], *, opens: bool = False, close: bool = False, ends: bool = False
     ) -> list[Event]:
         """Append ``payload`` with the turn's bookkeeping around it, in one transaction fenced by
         the session's event count (compare-and-append).
@@ -682,11 +689,11 @@ class JournalRunHooks(RunHooks[Any]):
 
 
 def _bookkeep(
-    turn: int, steps: _Steps, payload: list[_Typed], *, opens: bool, close: bool, ends: bool
-) -> tuple[list[_Typed], _Steps]:
+    turn: int, steps: _Steps, payload: list[Typed], *, opens: bool, close: bool, ends: bool
+) -> tuple[list[Typed], _Steps]:
     """The batch that writes ``payload`` inside the turn and the steps after it (pure)."""
     number, is_open = steps.steps, steps.open
-    batch: list[_Typed] = []
+    batch: list[Typed] = []
 
     def step_start() -> None:
         nonlocal number, is_open
@@ -748,135 +755,58 @@ def _output(context: Any, tool: Any, result: object) -> Any:
 # -- repair --------------------------------------------------------------------------------------
 
 
-@attrs.frozen
-class Repaired:
-    """What ``repair`` did to one session.
+def repair(session: JournalSession, *, force: bool = False) -> Repaired:
+    """After a crash: run the journal's one recovery for the session (``recover``: a synthetic
+    result for each call its interrupted turn owes, then ``turn_end(interrupted)``), so that the
+    session's items show every call it answered (``get_items`` projects it) and the next run pays
+    nothing twice. Idempotent, and the same whichever recovery ran first (``journal recover``,
+    ``j.recover()``, ``reconcile()``): then it appends nothing.
 
-    ``recovered``: the events the journal's recovery appended (synthetic results, turn end);
-    ``added``: the items appended to the session (calls the runner never saved and outputs for
-    calls without one); ``unanswered``: ids of ``function_call`` items still without output
-    because the journal holds no result for them (a call awaiting approval); ``live_owner``: set
-    when another live process drives the session's turn, and then nothing was done."""
+    A turn another live process still drives is left alone (``Repaired.live_owner``) unless
+    ``force=True``. ``Repaired.added`` is empty (reads project; nothing is copied);
+    ``Repaired.unanswered`` lists the calls the items show that the journal holds no result for
+    (a call awaiting a human approval). Synchronous: on a sync ``Journal`` it blocks the calling
+    thread (inside a coroutine prefer ``await arepair(session)``); a session on an
+    ``AsyncJournal`` is refused with ``WrongLoop`` (its writes belong to its event loop)."""
+    target = session.journal
+    if isinstance(target, AsyncJournal):
+        raise WrongLoop("repair", "synchronous code: repair a session on an AsyncJournal with await arepair(session)")
+    return _drive(_repair(_Direct(target), session, force=force))
 
-    session_id: str
-    recovered: tuple[Event, ...] = ()
-    added: tuple[dict[str, Any], ...] = ()
-    unanswered: tuple[str, ...] = ()
-    live_owner: str | None = None
+
+async def arepair(session: JournalSession, *, force: bool = False) -> Repaired:
+    """``repair``'s awaitable twin: the same recovery and answer, never waiting on the disk on
+    the event loop (a sync ``Journal``'s calls run in a worker thread)."""
+    return await _repair(session._call, session, force=force)
 
 
-async def repair(session: JournalSession, *, force: bool = False) -> Repaired:
-    """After a crash: recover the session in the journal, then give each call it answered a
-    ``function_call_output`` item (and its ``function_call`` item when the runner never saved it).
-
-    Idempotent: a second call adds nothing. A turn another live process still drives is left
-    alone (``Repaired.live_owner``) unless ``force=True``."""
-    call, sid = session._call, session.journal_id
+async def _repair(call: _Calls, session: JournalSession, *, force: bool, report: bool = True) -> Repaired:
+    """``repair`` over ``call`` (direct or off the loop); ``report=False`` skips the read of the
+    session's items that ``Repaired.unanswered`` needs (the run helpers read them next anyway)."""
+    sid = session.journal_id
     try:
-        results = await call("recover", sid, force=force)
+        open_turn = await call("turn_state", sid)
     except SessionNotFound:
         return Repaired(sid)
     recovered: tuple[Event, ...] = ()
-    for result in results:
-        if result.live_owner is not None:
-            return Repaired(sid, live_owner=result.live_owner)
-        recovered += tuple(result.appended)
-    if session._hooks is not None and recovered:
-        session._hooks._forget()
-    for _ in range(_CAS_TRIES):
-        count = await call("count", sid)
-        shown = [e.data["item"] for e in await session._shown(None)]
-        cleared = await call("events", sid, types=[CLEAR], newest_first=True, limit=1)
-        since = cleared[0].seq + 1 if cleared else 0
-        facts = await call(
-            "events", sid, since=since, types=["turn_start", "turn_end", "assistant_message", "tool_result"]
-        )
-        added, unanswered = _native_repairs(shown, facts)
-        if not added:
-            return Repaired(sid, recovered, (), unanswered)
-        try:
-            await call(
-                "append_many",
-                sid,
-                [(ITEM, {"item": item, "source": _REPAIR}, None) for item in added],
-                expected_count=count,
-            )
-        except CountMismatch:
-            continue  # another writer (or repairer) appended: plan again from what is there now
-        return Repaired(sid, recovered, tuple(added), unanswered)
-    raise CountMismatch(sid, count, -1)  # pragma: no cover - a writer that never pauses
-
-
-@attrs.define
-class _Call:
-    item: dict[str, Any]
-    reason: str | None = None  # how the turn that requested it ended
-    answered: bool = False
-    content: Any = None
-
-
-def _native_repairs(shown: Sequence[Any], facts: Sequence[Event]) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
-    """The items that make the session agree with the journal (pure): an output for each shown
-    call the journal answered, and call plus output for the calls of an interrupted turn the
-    session never got. Also the shown calls left without an answer."""
-    calls: dict[str, _Call] = {}
-    in_turn: list[str] | None = None
-    for event in facts:
-        if event.type == "turn_start":
-            in_turn = []
-        elif event.type == "turn_end":
-            for call_id in in_turn or ():
-                calls[call_id].reason = event.data.get("reason")
-            in_turn = None
-        elif event.type == "assistant_message":
-            originals = {
-                _get(i, "call_id"): i
-                for i in (event.data.get("metadata") or {}).get("openai_agents", {}).get("items", ())
-            }
-            for tool_call in event.data.get("tool_calls") or ():
-                call_id = tool_call.get("id")
-                if call_id in calls:
-                    continue
-                calls[call_id] = _Call(originals.get(call_id) or _function_call(tool_call))
-                if in_turn is not None:
-                    in_turn.append(call_id)
-        elif event.type == "tool_result":
-            known = calls.get(event.data["tool_call_id"])
-            if known is not None and not known.answered:  # the first result is the result (G5)
-                known.answered, known.content = True, event.data.get("content")
-    saved = {_get(i, "call_id") for i in shown if _get(i, "type") == "function_call"}
-    outputs = {_get(i, "call_id") for i in shown if _get(i, "type") == "function_call_output"}
-    new_calls, new_outputs = [], []
-    for call_id, known in calls.items():
-        if not known.answered or call_id in outputs:
-            continue
-        if call_id in saved:
-            new_outputs.append(_function_call_output(call_id, known.content))
-        elif known.reason == "interrupted":
-            new_calls.append(known.item)
-            new_outputs.append(_function_call_output(call_id, known.content))
-    answered = {_get(i, "call_id") for i in new_outputs}
+    if open_turn is not None:  # recovery closes open turns; with none there is nothing to recover
+        for result in await call("recover", sid, force=force):
+            if result.live_owner is not None:
+                return Repaired(sid, live_owner=result.live_owner)
+            recovered += tuple(result.appended)
+        hooks = session._hooks
+        if hooks is not None and hooks._turn is not None and recovered:
+            hooks._forget()  # the hooks' turn was the session's open one: it is closed now
+    if not report:
+        return Repaired(sid, recovered)
+    view = await session._view(None, call)
+    answered = {get(s.item, "call_id") for s in view if get(s.item, "type") == "function_call_output"}
     unanswered = tuple(
-        _get(i, "call_id")
-        for i in shown
-        if _get(i, "type") == "function_call" and _get(i, "call_id") not in outputs | answered
+        get(s.item, "call_id")
+        for s in view
+        if get(s.item, "type") == "function_call" and get(s.item, "call_id") not in answered
     )
-    return new_calls + new_outputs, unanswered
-
-
-def _function_call(tool_call: dict[str, Any]) -> dict[str, Any]:
-    arguments = tool_call.get("arguments")
-    text = (
-        arguments
-        if isinstance(arguments, str)
-        else json.dumps(arguments if arguments is not None else {}, separators=(",", ":"))
-    )
-    return {"type": "function_call", "call_id": tool_call["id"], "name": tool_call.get("name"), "arguments": text}
-
-
-def _function_call_output(call_id: str, content: Any) -> dict[str, Any]:
-    output = content if isinstance(content, (str, list)) else json.dumps(content)
-    return {"type": "function_call_output", "call_id": call_id, "output": output}
+    return Repaired(sid, recovered, (), unanswered)
 
 
 # -- one run -------------------------------------------------------------------------------------
@@ -890,29 +820,29 @@ async def journal_run(
     hooks: JournalRunHooks | None = None,
     **kwargs: Any,
 ) -> RunResult:
-    """``Runner.run`` with the session and its hooks, closing the run's turn however it ends.
+    """``Runner.run`` with the session and its hooks, after ``arepair`` and closing the run's turn
+    however it ends.
 
-    Before the run, a turn the session left open (a crash) is repaired -- ``TurnHeld`` if
-    another live process drives it. If the run raises, the turn is closed by ``repair`` (its
-    calls answered as the journal's recovery says) and the error re-raised."""
+    Before the run the session is repaired (nothing to do without a crash: one read);
+    ``TurnHeld`` if another live process drives its turn. If the run raises, its turn is closed
+    by ``arepair`` (its calls answered as the journal's recovery says) and the error re-raised."""
     hooks = hooks if hooks is not None else (session._hooks or session.run_hooks())
-    try:
-        open_turn = await session._call("turn_state", session.journal_id)
-    except SessionNotFound:
-        open_turn = None
-    if open_turn is not None and hooks._turn is None:
-        done = await repair(session)
-        if done.live_owner is not None:
-            raise TurnHeld(
-                session.journal_id, open_turn.start_seq, done.live_owner, "another process is running this session"
-            )
+    done = await _repair(session._call, session, force=False, report=False)
+    if done.live_owner is not None:
+        held = await session._call("turn_state", session.journal_id)
+        raise TurnHeld(
+            session.journal_id,
+            held.start_seq if held is not None else -1,
+            done.live_owner,
+            "another process is running this session",
+        )
     try:
         result = await Runner.run(agent, input, session=session, hooks=hooks, **kwargs)
     except Exception:
         try:
-            await repair(session)
+            await _repair(session._call, session, force=False, report=False)
         except JournalError:
-            pass  # the run's own error says more; recovery at the next start closes the turn
+            pass  # the run's own error says more; the next run's repair closes the turn
         raise
     await hooks.finish()
     return result

@@ -1,0 +1,121 @@
+"""What recovery wrote, shown in LangGraph's shape: pure functions over a checkpoint (no I/O).
+
+The typed log is the truth (DESIGN §14). When the head checkpoint of a thread holds an
+``AIMessage`` whose tool calls have no ``ToolMessage`` in the messages channel, and each of them is
+answered elsewhere — by a ``ToolMessage`` a task stored before the crash (a pending write), or by
+the journal's ``tool_result`` (a synthetic one saying the call MAY have run) — the read puts the
+answers in the channel right after that call's answers so far, before anything later. Then:
+
+- ``graph.invoke(new input)`` builds on channel values that answer every call (LangGraph drops
+  the pending writes of a checkpoint when new input arrives, so answers there alone would leave
+  the model an unanswered call);
+- ``graph.invoke(None)`` finds the pending tool node's task finished (``projected_writes``: its
+  answers and the edge back to the node that asked), so it neither runs the tool again nor
+  stops short of the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+
+ANSWER_ID = "journal-result:"  # the id of an answer read from the journal: stable, so a re-read replaces it
+_BRANCH = "branch:to:"  # LangGraph's trigger channel of a node in a StateGraph
+_NOT_NODES = ("__input__", "__interrupt__", "__start__")
+
+
+def unanswered(messages: Sequence[Any]) -> list[str]:
+    """The ids of the tool calls of ``messages`` that no later ``ToolMessage`` answers, in order."""
+    answered = {m.tool_call_id for m in messages if getattr(m, "type", None) == "tool"}
+    out: list[str] = []
+    for message in messages:
+        if getattr(message, "type", None) in ("ai", "AIMessageChunk"):
+            out.extend(
+                c["id"] for c in getattr(message, "tool_calls", None) or () if c.get("id") and c["id"] not in answered
+            )
+    return out
+
+
+def tool_message(call_id: str, result: Mapping[str, Any]) -> ToolMessage:
+    """The journal's ``tool_result`` for ``call_id`` as LangGraph's ``ToolMessage``; mirrored back
+    it reads as that same result (G5: nothing written twice)."""
+    metadata = result.get("metadata")
+    return ToolMessage(
+        content=result.get("content", ""),
+        tool_call_id=call_id,
+        name=result.get("name"),
+        status="error" if result.get("is_error") else "success",
+        response_metadata={"journal": dict(metadata)} if isinstance(metadata, Mapping) else {},
+        id=ANSWER_ID + call_id,
+    )
+
+
+def answer(
+    messages: Sequence[Any], saved: Mapping[str, Any], results: Mapping[str, Mapping[str, Any]]
+) -> tuple[list[Any], list[Any]] | None:
+    """``messages`` with every unanswered call of an ``AIMessage`` answered, and the answers added.
+
+    ``saved``: the ``ToolMessage`` a task stored for a call (preferred: it is what the tool
+    returned); ``results``: the journal's result data by call id. An ``AIMessage`` is answered
+    only when each of its unanswered calls has an answer (a call without one is left as it is:
+    a run in flight, or a human approval awaited). ``None`` when nothing is added."""
+    answered = {m.tool_call_id for m in messages if getattr(m, "type", None) == "tool"}
+    out: list[Any] = []
+    added: list[Any] = []
+    owed: list[Any] = []  # the answers of the last AIMessage, placed after its own answers so far
+
+    def flush() -> None:
+        out.extend(owed)
+        added.extend(owed)
+        owed.clear()
+
+    for message in messages:
+        kind = getattr(message, "type", None)
+        if owed and kind != "tool":
+            flush()
+        out.append(message)
+        if kind not in ("ai", "AIMessageChunk"):
+            continue
+        calls = [c["id"] for c in getattr(message, "tool_calls", None) or () if c.get("id") and c["id"] not in answered]
+        if calls and all(c in saved or c in results for c in calls):
+            owed.extend(saved[c] if c in saved else tool_message(c, results[c]) for c in dict.fromkeys(calls))
+    flush()
+    return (out, added) if added else None
+
+
+def pending_nodes(checkpoint: Mapping[str, Any], values: Mapping[str, Any]) -> list[str]:
+    """The nodes this checkpoint runs next: a node whose trigger channel holds a value of a
+    version the node has not seen (LangGraph's own rule, for a ``StateGraph``'s edges)."""
+    versions, seen = checkpoint.get("channel_versions", {}), checkpoint.get("versions_seen", {})
+    out = []
+    for channel, version in versions.items():
+        if channel.startswith(_BRANCH) and channel in values:
+            node = channel[len(_BRANCH) :]
+            if seen.get(node, {}).get(channel) != version:
+                out.append(node)
+    return sorted(out)
+
+
+def asking_node(checkpoint: Mapping[str, Any], parent: Mapping[str, Any] | None) -> str | None:
+    """The node that ran in the step that made ``checkpoint`` (it saw new versions then), when
+    exactly one did and it has a trigger channel: the node that asked for the calls."""
+    if parent is None:
+        return None
+    now, before = checkpoint.get("versions_seen", {}), parent.get("versions_seen", {})
+    ran = [n for n in now if n not in _NOT_NODES and now[n] != before.get(n)]
+    if len(ran) == 1 and _BRANCH + ran[0] in checkpoint.get("channel_versions", {}):
+        return ran[0]
+    return None
+
+
+def projected_writes(
+    task_id: str, channel: str, added: Sequence[Any], back_to: str | None
+) -> list[tuple[str, str, Any]]:
+    """The pending writes of the tool node's task as if it had returned ``added``: the answers,
+    and (``back_to``) the edge to the node that asked, as LangGraph's edge writes it."""
+    writes: list[tuple[str, str, Any]] = [(task_id, channel, list(added))]
+    if back_to is not None:
+        writes.append((task_id, _BRANCH + back_to, None))
+    return writes

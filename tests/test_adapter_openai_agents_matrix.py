@@ -1,0 +1,212 @@
+"""openai-agents after a crash: one recovery, whichever face ran it (issue 31, DESIGN §14).
+
+The matrix: {killed inside the tool before its side effect, after it, after the tool returned and
+before the runner saved it, between turns} x {restart: ``journal_run`` alone; ``journal recover``
+then ``journal_run``; ``j.recover()`` then a plain ``Runner.run`` with the hooks; ``reconcile()``
+then ``journal_run``} x {SQLite, PostgreSQL}. Each cell checks the ledger (at most one payment),
+every model input (no call without its output: no provider 400), the MAY HAVE RUN text where the
+call may have run, and that the items read right after a recovery -- before any ``repair`` --
+already show the call answered, before the next input.
+
+The killed run is a forked child (the test process's imports, so a cell costs a fraction of a
+second) that SIGKILLs itself at the chosen point; the model is scripted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents import Agent, Runner, function_tool
+from click.testing import CliRunner
+
+import journal
+from journal.adapters.openai_agents import JournalRunHooks, JournalSession, arepair, journal_run, repair
+from journal.cli.app import main as journal_cli
+from journal.testing import Ledger
+
+from .test_adapter_openai_agents import ScriptedModel, cashier, orphans
+
+KILL_POINTS = ["before_effect", "after_effect", "after_result", "between_turns"]
+RESTARTS = ["run_helper", "cli_then_run_helper", "recover_then_runner_with_hooks", "reconcile_then_run_helper"]
+PAID = {"before_effect": 0, "after_effect": 1, "after_result": 1, "between_turns": 1}
+FIRST, SECOND = "Pay the 42 euro invoice.", "Did the payment go through?"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the journal is: a file, or a DSN naming a fresh PostgreSQL schema."""
+    if request.param == "postgresql":
+        return request.getfixturevalue("pg_dsn")
+    return str(tmp_path / "j.db")
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _cashier(ledger: Ledger, model: ScriptedModel, *, kill: str | None = None) -> Agent[Any]:
+    @function_tool
+    def pay(cents: int) -> str:
+        """Pay an amount in cents."""
+        if kill == "before_effect":
+            _die()  # dispatched (G6), nothing paid yet
+        ledger.record(call="pay", cents=cents)
+        if kill == "after_effect":
+            _die()
+        return f"paid {cents} cents"
+
+    return Agent(name="cashier", instructions="Pay the invoice once.", model=model, tools=[pay])
+
+
+class _DieAfterTheResult(JournalRunHooks):
+    async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: object) -> None:
+        await super().on_tool_end(context, agent, tool, result)
+        _die()  # the result is recorded; the runner never saved the call or its output
+
+
+def _killed_run(target: str, ledger: Ledger, point: str) -> None:
+    """Run the cashier in a forked child that SIGKILLs itself at ``point``."""
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+            session = JournalSession("bot-1", target)
+            hooks = _DieAfterTheResult(session) if point == "after_result" else session.run_hooks()
+            agent = _cashier(ledger, ScriptedModel(cashier), kill=point)
+            asyncio.run(journal_run(agent, FIRST, session=session, hooks=hooks))
+            if point == "between_turns":
+                _die()  # the turn is complete; the next one never started
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+
+
+def _answered(items: list[Any]) -> dict[str, Any]:
+    """The outputs the items show, by call id."""
+    return {i["call_id"]: i["output"] for i in items if i.get("type") == "function_call_output"}
+
+
+def _recover_from_a_shell(target: str) -> None:
+    """``journal recover --db TARGET`` (the command itself, run in this process)."""
+    done = CliRunner().invoke(journal_cli, ["recover", "--db", target])
+    assert done.exit_code == 0, (done.output, done.exception)
+
+
+@pytest.mark.parametrize("restart", RESTARTS)
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_g9_any_recovery_then_any_run_pays_once_and_shows_the_model_an_answered_call(
+    target: str, tmp_path: Path, point: str, restart: str
+) -> None:
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    _killed_run(target, ledger, point)
+    assert ledger.count(call="pay") == PAID[point]
+
+    if restart == "cli_then_run_helper":
+        _recover_from_a_shell(target)
+    elif restart == "recover_then_runner_with_hooks":
+        with journal.open(target) as j:
+            j.recover()
+    elif restart == "reconcile_then_run_helper":
+        with journal.open(target) as j:
+            j.reconcile()  # it settles submissions: these turns had none, and the run helper repairs
+    if restart in ("cli_then_run_helper", "recover_then_runner_with_hooks"):
+        # Right after the recovery, before any repair: the framework's view shows the call answered.
+        fresh = JournalSession("bot-1", target)
+        view = asyncio.run(fresh.get_items())
+        fresh.close()
+        assert orphans(view) == [] and "pay-1" in _answered(view), view
+
+    model = ScriptedModel(cashier)
+    agent = _cashier(ledger, model)
+    session = JournalSession("bot-1", target)
+    if restart == "recover_then_runner_with_hooks":
+        result = asyncio.run(Runner.run(agent, SECOND, session=session, hooks=session.run_hooks()))
+    else:
+        result = asyncio.run(journal_run(agent, SECOND, session=session))
+    items = asyncio.run(session.get_items())
+    session.close()
+
+    assert ledger.count(call="pay") == PAID[point]  # at most once, and not again
+    assert result.final_output.startswith("Not paying again")
+    assert all(orphans(sent) == [] for sent in model.inputs)  # every transcript valid: no provider 400
+    shown = _answered(model.inputs[0])["pay-1"]
+    if point in ("before_effect", "after_effect"):
+        assert "MAY have run" in shown and "verify before retrying" in shown  # the marker reaches the model
+    else:
+        assert shown == "paid 4200 cents"  # the real result
+    # The answered call stands before the next input, however late the recovery ran.
+    users = [k for k, i in enumerate(items) if i.get("role") == "user"]
+    outputs = [k for k, i in enumerate(items) if i.get("call_id") == "pay-1"]
+    assert len(users) == 2 and max(outputs) < users[1]
+    with journal.open(target) as j:
+        assert j.scan().clean and j.check() == []
+
+
+def test_a_plain_run_after_a_crash_is_refused_naming_repair_and_a_late_repair_keeps_the_order(
+    target: str, tmp_path: Path
+) -> None:
+    """``Runner.run`` with the hooks and no recovery: refused at the agent's start (the runner
+    has read the items by then) with an error naming ``repair``. Its input was saved; the call
+    that ``repair`` answers afterwards still stands before that input."""
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    _killed_run(target, ledger, "after_effect")
+    model = ScriptedModel(cashier)
+    session = JournalSession("bot-1", target)
+    with pytest.raises(journal.OpenTurnError, match=r"repair\(session\)"):
+        asyncio.run(Runner.run(_cashier(ledger, model), SECOND, session=session, hooks=session.run_hooks()))
+    assert model.inputs == []  # refused before the model was asked
+    assert asyncio.run(session.get_items()) == [{"role": "user", "content": FIRST}, {"role": "user", "content": SECOND}]
+    done = repair(session)
+    assert [e.type for e in done.recovered] == ["tool_result", "turn_end"] and done.added == ()
+    assert repair(session).recovered == ()  # idempotent
+    items = asyncio.run(session.get_items())
+    assert [i.get("role") or i["type"] for i in items] == ["user", "function_call", "function_call_output", "user"]
+    result = asyncio.run(journal_run(_cashier(ledger, model), SECOND, session=session))
+    session.close()
+    assert result.final_output.startswith("Not paying again") and ledger.count(call="pay") == 1
+
+
+def test_arepair_and_a_recovery_by_any_face_agree_and_append_once(target: str, tmp_path: Path) -> None:
+    """``arepair`` after ``j.recover()`` appends nothing; the view is the same before and after."""
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    _killed_run(target, ledger, "before_effect")
+    with journal.open(target) as j:
+        (result,) = j.recover()
+        assert [e.type for e in result.appended] == ["tool_result", "turn_end"]
+    session = JournalSession("bot-1", target)
+    before = asyncio.run(session.get_items())
+    done = asyncio.run(arepair(session))
+    assert (done.recovered, done.added, done.unanswered, done.live_owner) == ((), (), (), None)
+    assert asyncio.run(session.get_items()) == before
+    assert asyncio.run(session.get_items(limit=2)) == before[-2:]
+    session.close()
+
+
+def test_g9_the_async_faces_recovery_is_projected_and_a_session_sharing_an_async_journal_runs_on(
+    target: str, tmp_path: Path
+) -> None:
+    """``aj.recover()`` on the async face, then a session that shares that ``AsyncJournal``: the
+    items show the call answered before any repair, and ``journal_run`` does not pay again."""
+    import journal.aio
+
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    _killed_run(target, ledger, "after_effect")
+
+    async def restart() -> tuple[list[Any], Any, ScriptedModel]:
+        async with journal.aio.open(target) as aj:
+            await aj.recover()
+            session = JournalSession("bot-1", aj)
+            view = await session.get_items()
+            model = ScriptedModel(cashier)
+            result = await journal_run(_cashier(ledger, model), SECOND, session=session)
+            return view, result, model
+
+    view, result, model = asyncio.run(restart())
+    assert orphans(view) == [] and "MAY have run" in _answered(view)["pay-1"]
+    assert result.final_output.startswith("Not paying again") and ledger.count(call="pay") == 1
+    assert all(orphans(sent) == [] for sent in model.inputs)
