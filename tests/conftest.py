@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The contract suite (DESIGN §16): these modules' tests that take `db_path` (or `j`, `fresh`)
 # run on both backends, SQLite and PostgreSQL, unless marked `sqlite_only` with the reason.
 CONTRACT = {
+    "test_adapter_claude",
     "test_adapter_primitives",
     "test_cli",
     "test_effects",
@@ -26,9 +27,12 @@ CONTRACT = {
     "test_processes",
     "test_purge",
     "test_recovery_batch",
+    "test_recovery_fast",
+    "test_retract",
     "test_scan_recover",
     "test_sessions_paging",
     "test_submissions",
+    "test_submit_errors",
     "test_tail",
     "test_threads",
     "test_transcript",

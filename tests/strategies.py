@@ -208,3 +208,34 @@ def appendable_items(call_ids: tuple[str, ...] = ("c1", "c2", "c3"), *, max_call
         calls.map(lambda i: ("tool_result", {"tool_call_id": i, "content": "r"})),
         st.just(("user_message", {"content": "hi"})),
     )
+
+
+@st.composite
+def interrupted_logs(draw, call_ids: tuple[str, ...] = ("c1", "c2", "c3", "c4")):
+    """A session's items that end inside a turn (most of the time): some finished or broken
+    history, a ``turn_start``, then requests, dispatches, results and steps in any order, now and
+    then a nested turn or a ``turn_end``; ids recur, so some calls were seen before the turn."""
+    items = appendable_items(call_ids, max_calls=3, named=True)
+    history = draw(st.lists(items, max_size=12))
+    tail: list[tuple[str, dict[str, Any]]] = [("turn_start", {"turn": 2})]
+    requested: list[str] = []
+    # Inside the turn, mostly what an agent writes: steps, requests, dispatches of requested
+    # calls, results; now and then anything (a nested turn, a turn_end, a stray dispatch).
+    for move in draw(st.lists(st.sampled_from(["step", "end_step", "request", "dispatch", "result", "any"]), max_size=10)):
+        if move == "step":
+            tail.append(("step_start", {"turn": 2, "step": 1}))
+        elif move == "end_step":
+            tail.append(("step_end", {"turn": 2, "step": 1, "outcome": "ok"}))
+        elif move == "request":
+            ids = draw(st.lists(st.sampled_from(list(call_ids)), min_size=1, max_size=3, unique=True))
+            requested += ids
+            tail.append(("assistant_message", {"content": "", "tool_calls": [{"id": i, "name": f"t{i}"} for i in ids]}))
+        elif move in ("dispatch", "result") and requested:
+            call_id = draw(st.sampled_from(requested))
+            if move == "dispatch":
+                tail.append(("tool_call", {"id": call_id, "name": f"t{call_id}"}))
+            else:
+                tail.append(("tool_result", {"tool_call_id": call_id, "content": "r"}))
+        elif move == "any":
+            tail.append(draw(items))
+    return [*history, *tail]

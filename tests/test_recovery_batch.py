@@ -98,8 +98,12 @@ def test_recovery_reads_only_the_open_work_of_a_long_session(j, tmp_path) -> Non
     for t in range(1, 51):
         j.append_many(sid, [("user_message", {"content": "q"}), ("turn_start", {"turn": t}),
                             ("turn_end", {"turn": t, "steps": 0, "reason": "complete"})])  # fmt: skip
-    j.append_many(sid, [("turn_start", {"turn": 51}), ("step_start", {"turn": 51, "step": 1})])
-    start = j.count(sid) - 2
+    # A turn that closed its step and dispatched nothing: the planner's case (not the set-based
+    # path's, journal.recovery_batch), which reads the open turn's events.
+    j.append_many(sid, [("turn_start", {"turn": 51}), ("step_start", {"turn": 51, "step": 1}),
+                        ("assistant_message", {"content": "", "tool_calls": [{"id": "c", "name": "t"}]}),
+                        ("step_end", {"turn": 51, "step": 1, "outcome": "ok"})])  # fmt: skip
+    start = j.count(sid) - 4
     reads: list[tuple] = []
 
     def trace(_cursor, sql, bindings):
@@ -110,7 +114,7 @@ def test_recovery_reads_only_the_open_work_of_a_long_session(j, tmp_path) -> Non
     j._store._conn.exec_trace = trace
     (result,) = j.recover(sid)
     j._store._conn.exec_trace = None
-    assert [e.type for e in result.appended] == ["turn_end"]
+    assert [e.type for e in result.appended] == ["tool_result", "turn_end"]
     assert reads and all(binding[1] >= start for binding in reads), reads
 
 

@@ -21,7 +21,7 @@ import attrs
 
 from journal.model import Event, EventType, Risk, TurnEndReason
 
-__all__ = ["Before", "Repair", "interrupted", "open_turns", "plan", "synthetic_result"]
+__all__ = ["Before", "Repair", "interrupted", "open_turns", "plan", "synthetic_result", "synthetic_result_data"]
 
 _log = logging.getLogger("journal.recovery")
 
@@ -214,13 +214,18 @@ def synthetic_result(call_id: str, name: str | None, risk: Risk, *, source: str 
     """The ``tool_result`` that stands in for a call's lost result, saying honestly what is known.
 
     ``extra`` goes into the metadata (the effect-class recovery marks ``indeterminate``)."""
+    return Repair(EventType.TOOL_RESULT.value, synthetic_result_data(call_id, name, risk, source=source, **extra))
+
+
+def synthetic_result_data(call_id: str, name: str | None, risk: Risk, *, source: str = _SOURCE, **extra: Any) -> dict[str, Any]:
+    """The data of ``synthetic_result``: what a writer that builds events itself appends."""
     data: dict[str, Any] = {"tool_call_id": call_id}
     if name is not None:
         data["name"] = name
     data["content"] = _text(call_id, name, risk)
     data["is_error"] = True
     data["metadata"] = {"synthetic": True, "risk": risk.value, "source": source, **extra}
-    return Repair(EventType.TOOL_RESULT.value, data)
+    return data
 
 
 def _text(call_id: str, name: str | None, risk: Risk) -> str:

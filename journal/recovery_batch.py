@@ -1,0 +1,157 @@
+"""Close-policy recovery of a batch of sessions in a few statements: the common case (issue 27).
+
+The common case is a session that is not a fork, with one open turn and nothing nested in it,
+each call it owes first seen in one of its assistant messages. For those sessions one statement
+(the store's ``open_work_sql``) reads the whole batch's open work from the derived tables and
+the open turns' own events, the risks follow from it without reading the log (DESIGN §7(2)), and
+one ``executemany`` appends every session's synthetic results and ``turn_end``; the schema's
+triggers keep the turn journal and the tool-call states exactly as for any other append.
+
+The pure planner (``journal.pure.plan``) stays the oracle and the path for everything else, which
+this module hands back to the caller: forks (calls inherited through the parent), nested or
+doubled turns, a call first seen by its dispatch, a request whose tool name is not text, a turn
+that owes calls, recorded no dispatch and closed a step (rule 3 needs where each step opened and
+closed), an event too large for the journal's limit, and sessions with no open turn (purged,
+unknown, or repaired since the scan). A backend without the statement (``open_work_sql`` is
+``None``: PostgreSQL) hands back every session.
+
+Run inside the caller's write transaction: the plan is made from what that transaction sees, so
+racing recoverers make one repair (G8).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from journal.codec import Codec
+from journal.codec import _to_text as _encoded  # the codec's own encoder: the same text as its encode
+from journal.model import Event, EventType, Risk, TurnEndReason
+from journal.pure.plan import synthetic_result_data
+from journal.store import Database
+
+__all__ = ["recover_common_txn"]
+
+_INSERT = "INSERT INTO events (session_id, seq, type, data, time_ms) VALUES (?, ?, ?, ?, ?)"
+_RESULT = EventType.TOOL_RESULT.value
+_TURN_END = EventType.TURN_END.value
+_INTERRUPTED = TurnEndReason.INTERRUPTED.value
+
+
+def recover_common_txn(
+    db: Database, codec: Codec, session_ids: list[str], time_ms: int
+) -> tuple[dict[str, list[Event]], list[str]]:
+    """Repair the common-case sessions among these inside the caller's transaction: what was
+    appended to each, and the sessions left for the planner (in the order given)."""
+    sql = db.open_work_sql
+    if sql is None or not session_ids:
+        return {}, list(session_ids)
+    turns: dict[str, list[Any]] = {}
+    unplanned: set[str] = set()
+    for (
+        sid,
+        start,
+        number,
+        steps,
+        step_open,
+        simple,
+        next_seq,
+        dispatching,
+        call_id,
+        _requested_seq,  # the ORDER BY's: calls come in the order they were first seen
+        disp,
+        _position,
+        name,
+    ) in db.execute(sql, (json.dumps(session_ids),)):
+        if sid in unplanned:
+            continue
+        turn = turns.get(sid)
+        if turn is None:
+            turn = turns[sid] = [start, number, steps, step_open, next_seq, dispatching, {}]
+        elif turn[0] != start:  # a second open turn (the statement says so too): the planner's
+            simple = False
+        if not simple:
+            unplanned.add(sid)
+            continue
+        if call_id is None or call_id in turn[6]:
+            continue  # no owed call; or the same call twice in one request (hand-made data)
+        if name is None:
+            unplanned.add(sid)  # the request's name is not text: the planner names it
+            continue
+        turn[6][call_id] = (name, disp)
+    rows: list[tuple[str, int, str, str, int]] = []
+    appended: dict[str, list[Event]] = {}
+    for sid, (_start, number, steps, step_open, next_seq, dispatching, calls) in turns.items():
+        if sid in unplanned:
+            continue
+        events = _repairs(codec, sid, number, steps, step_open, next_seq, dispatching, calls, time_ms, rows)
+        if events is None:
+            unplanned.add(sid)
+        else:
+            appended[sid] = events
+    if rows:
+        db.executemany(_INSERT, rows)
+        for sid, events in appended.items():
+            db.next_seqs[sid] = events[-1].seq + 1
+    return appended, [sid for sid in session_ids if sid not in appended]
+
+
+def _repairs(
+    codec: Codec,
+    sid: str,
+    number: int | None,
+    steps: int,
+    step_open: int,
+    next_seq: int,
+    dispatching: int,
+    calls: dict[str, tuple[str, int | None]],
+    time_ms: int,
+    rows: list[tuple[str, int, str, str, int]],
+) -> list[Event] | None:
+    """The session's repairs as events, their rows added to ``rows``; ``None`` when the planner
+    must decide (rule 3 needs the steps' places, or an event is over the size limit)."""
+    events: list[Event] = []
+    seq = next_seq
+    first = len(rows)
+    for call_id, (name, dispatch_seq) in calls.items():
+        if dispatch_seq is not None:  # 1: handed to its executor, no result
+            risk = Risk.TOOL_OUTCOME_UNKNOWN
+        elif dispatching:  # 2: the turn dispatched other calls (this one it did not)
+            risk = Risk.TOOL_NOT_STARTED
+        elif steps == 0 or (steps == 1 and step_open):  # 4: no step, or the only one never closed
+            risk = Risk.TOOL_OUTCOME_UNKNOWN
+        else:  # 3 or 4 depends on which step the call was seen in: the planner reads the log
+            del rows[first:]
+            return None
+        data = synthetic_result_data(call_id, name, risk)
+        if not _append(codec, sid, seq, _RESULT, data, time_ms, rows, events):
+            del rows[first:]
+            return None
+        seq += 1
+    end: dict[str, Any] = {} if number is None else {"turn": number}
+    end["steps"] = steps
+    end["reason"] = _INTERRUPTED
+    if not _append(codec, sid, seq, _TURN_END, end, time_ms, rows, events):
+        del rows[first:]
+        return None
+    return events
+
+
+def _append(
+    codec: Codec,
+    sid: str,
+    seq: int,
+    type_: str,
+    data: dict[str, Any],
+    time_ms: int,
+    rows: list[tuple[str, int, str, str, int]],
+    events: list[Event],
+) -> bool:
+    """Add one repair's row and event. The data is built here of text the log holds, so it needs
+    no validation walk, only the size limit (a text that might pass it is left to the codec)."""
+    text = _encoded(data)
+    if len(text) * 4 > codec.max_event_bytes:
+        return False
+    rows.append((sid, seq, type_, text, time_ms))
+    events.append(Event(sid, seq, type_, data, time_ms))
+    return True
