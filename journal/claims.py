@@ -16,7 +16,7 @@ import attrs
 
 from journal import log as _log
 from journal import queue as _queue
-from journal.codec import MAX_CLOCK_MS, check_int
+from journal.codec import MAX_CLOCK_MS, check_int, check_stored_text
 from journal.errors import InvalidArgument, LeaseLost
 from journal.log import Log
 from journal.model import Event, StepOutcome, SubmissionState, TurnEndReason
@@ -103,6 +103,8 @@ class Claims:
         _queue.check_lease_ms(lease_ms)
         if now_ms is not None:
             check_int("now_ms", now_ms, maximum=MAX_CLOCK_MS)
+        if owner is not None:
+            check_stored_text("owner", owner)
         owner = owner or lease_owner()
         runnable = _RUNNABLE.format(session="AND q.session_id = ? " if session_id is not None else "")
         if self._store.dialect != "sqlite":

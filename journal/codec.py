@@ -166,6 +166,30 @@ def check_id(name: str, value: object, limit: int) -> str:
     return value
 
 
+def check_stored_text(name: str, value: object) -> str:
+    """``value`` if it is valid Unicode text without a NUL character; else ``InvalidArgument``
+    naming ``name``. For a caller's text that a backend keeps in a text column as it is (a stream
+    chunk, a lease owner, a meta key or value): PostgreSQL's text cannot hold a NUL, so neither
+    backend takes one, and a file always moves to a server (DESIGN §16)."""
+    check_text(name, value)
+    if "\0" in value:  # type: ignore[operator]  # check_text made it a str
+        raise InvalidArgument(name, f"{short_repr(value)} holds a NUL character (PostgreSQL text cannot hold one)")
+    return value  # type: ignore[return-value]
+
+
+def _meta_nul(value: Any, where: str) -> None:
+    """Refuse a NUL in any key or string of a (validated, bounded-depth) meta value."""
+    if isinstance(value, str):
+        check_stored_text(where, value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_stored_text(f"{where} (a key)", key)
+            _meta_nul(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _meta_nul(item, f"{where}[{i}]")
+
+
 def lone_surrogate(name: str, text: str) -> InvalidArgument:
     """The refusal of a string holding a lone surrogate (not valid Unicode text), naming ``name``."""
     return InvalidArgument(name, f"{short_repr(text)} holds a lone surrogate (not valid Unicode text)")
@@ -277,7 +301,9 @@ class Codec:
         its compact JSON text; ``InvalidArgument`` naming ``meta`` or the place in it."""
         if not isinstance(meta, dict):
             raise InvalidArgument("meta", f"must be a JSON object, not {type(meta).__name__}")
-        return self.encode_value("meta", meta)
+        text = self.encode_value("meta", meta)
+        _meta_nul(meta, "meta")
+        return text
 
 
 def _to_text(value: Any) -> str:

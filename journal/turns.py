@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from journal import log as _log
-from journal.codec import MAX_STREAM_KEY, check_id, check_int, check_text
+from journal.codec import MAX_STREAM_KEY, check_id, check_int, check_stored_text, check_text
 from journal.errors import InvalidArgument, LeaseLost, NoOpenTurn, OpenTurnError, TurnHeld
 from journal.log import Log
 from journal.model import Event, Phase, StepOutcome, SubmissionState, TurnEndReason
@@ -428,7 +428,7 @@ class Turns:
         check_text("session_id", session_id)
         check_id("stream_key", stream_key, MAX_STREAM_KEY)
         check_int("index", index)
-        check_text("content", content)
+        check_stored_text("content", content)
         with self._store.write("save_chunk", sessions=(session_id,)) as db:
             _log.next_seq_txn(db, session_id)
             db.execute(

@@ -606,3 +606,30 @@ def test_g12_an_identifier_over_its_limit_is_refused_by_name_on_both_backends_an
         call(j, turn)
     assert (info.value.name if isinstance(info.value, journal.InvalidArgument) else info.value.field) == name
     assert _fingerprint(db_path) == before
+
+
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda j, s: j.create_session(meta={"k": "a\0b"}), "meta.k"),
+        (lambda j, s: j.create_session(meta={"k\0": "v"}), "meta (a key)"),
+        (lambda j, s: j.create_session(meta={"k": {"deep": ["\0"]}}), "meta.k.deep[0]"),
+        (lambda j, s: j.fork(s, at="last", meta={"k": "\0"}), "meta.k"),
+        (lambda j, s: j.save_chunk(s, "stream", 0, "half\0way"), "content"),
+        (lambda j, s: j.claim(owner="host:1:\0"), "owner"),
+    ],
+    ids=["meta-value", "meta-key", "meta-nested", "fork-meta", "chunk-content", "claim-owner"],
+)
+def test_g12_a_nul_in_text_a_backend_stores_as_text_is_refused_on_both_backends_and_writes_nothing(
+    j, fresh, call, name
+) -> None:
+    """PostgreSQL's text cannot hold a NUL; SQLite's can. So neither takes one: what one backend
+    accepts the other does too, and a file always imports into a server (DESIGN §16)."""
+    s = j.create_session().id
+    j.append(s, "user_message", {"content": "hi"})
+    j.submit(s, "user_message", {"content": "queued"})
+    before = [(x.id, x.count) for x in fresh().sessions()]
+    with pytest.raises(journal.InvalidArgument) as refused:
+        call(j, s)
+    assert refused.value.name == name
+    assert [(x.id, x.count) for x in fresh().sessions()] == before
