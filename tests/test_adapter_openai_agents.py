@@ -959,6 +959,7 @@ def test_a_write_by_someone_else_during_the_turn_is_checked_and_a_closed_turn_is
         (end,) = [e for e in events if e.type == "turn_end" and e.data["reason"] == "interrupted"]
         after = [e.type for e in events if e.seq > end.seq]
         assert "step_end" not in after and "turn_end" not in after  # not written to a closed turn
+        assert ITEM not in after  # LeaseLost wrote nothing: a retried add_items cannot store them twice
         assert j.scan().clean and j.check() == []
     assert orphans(run(session.get_items())) == []
     session.close()

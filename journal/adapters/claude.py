@@ -127,7 +127,7 @@ from journal.adapters.claude_entries import (
     punched,
 )
 from journal.adapters.repaired import Repaired
-from journal.errors import CountMismatch, JournalError, SessionExists, SessionNotFound
+from journal.errors import CountMismatch, JournalBusy, JournalError, JournalIOError, SessionExists, SessionNotFound
 from journal.escape import escape
 from journal.model import Event, Session
 
@@ -586,6 +586,8 @@ class JournalSessionStore(SessionStore):
                 # Another writer (or a purge) came first: read what it did, plan again.
                 log.debug("claude adapter: %s moved under the plan (%s): planning again", sid, type(exc).__name__)
                 continue
+            except (JournalIOError, JournalBusy):
+                raise  # not a refusal: the batch may be in the file (its outcome says); never store it again
             except JournalError as exc:
                 if plan.derived == 0:
                     raise  # the entries themselves are refused (too big, say): the SDK must hear it

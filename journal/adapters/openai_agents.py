@@ -94,7 +94,9 @@ What it cannot do, honestly:
   tested here. Streamed chunks are not saved (no ``provider_started`` phase is recorded).
 - A run whose turn was closed under it (another process's ``recover(force=True)``) learns it at
   its next write: after the model call that follows, not before it; the dispatch refuses the
-  tool in any case (``LeaseLost``). Its items are still saved, then ``LeaseLost`` is raised.
+  tool in any case (``LeaseLost``). ``add_items`` then writes nothing and raises ``LeaseLost`` (an
+  error never stands for a committed write); the run's answers, dispatches and results are in
+  the log already.
 - One ``JournalRunHooks`` follows one run at a time, and two runs of one session in one process
   must not overlap: recovery closes a turn this process opened (it cannot tell a live run of its
   own from a dead one), so a second run's repair would close the first run's turn.
@@ -339,9 +341,10 @@ class JournalSession:
         try:
             kept, _ = await self._keep_tail(items)
             await hooks._fenced(kept + batch, close=True, ends=ending)
-        except LeaseLost:
-            await self._append_items(items, batch)  # the items are kept all the same
-            raise
+        # LeaseLost: the turn is no longer this run's, and nothing of these items was written
+        # (an error never stands for a committed write: a caller may retry). What the run did is
+        # in the log already: its answers and dispatches, and its results (as tool_result_late
+        # evidence beside the recovery's answer).
         finally:
             if ending:
                 hooks._forget()
