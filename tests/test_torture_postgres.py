@@ -133,7 +133,7 @@ def test_a_database_that_cannot_be_reached_is_one_typed_error(tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("args", "code", "says"),
     [
-        (["--db", "journal.db"], 2, "takes a postgresql:// DSN"),
+        (["--db", "journal.db"], 2, "takes a PostgreSQL DSN"),
         (["--db", "postgresql://x@/y", "--postgres"], 2, "give one"),
     ],
     ids=["a-file-path", "both-servers"],
