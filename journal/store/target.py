@@ -71,32 +71,23 @@ def _keyword_pairs(text: str) -> list[tuple[str, str, int, int]] | None:
         while i < n and text[i] in _SPACE:
             i += 1
         value_start, value = i, []
-        if i < n and text[i] == "'":
+        quoted = i < n and text[i] == "'"
+        i += quoted
+        # One scan for both forms: a backslash escapes the next character; a quoted value ends
+        # at its closing quote (none: not well formed), a bare one at the next space.
+        while i < n and (quoted or text[i] not in _SPACE):
+            if text[i] == "\\":
+                value.append(text[i + 1 : i + 2])  # nothing after a trailing backslash
+                i = min(i + 2, n)
+                continue
+            if quoted and text[i] == "'":
+                break
+            value.append(text[i])
             i += 1
-            while True:
-                if i >= n:
-                    return None  # unterminated quoted string
-                if text[i] == "\\":
-                    i += 1
-                    if i < n:
-                        value.append(text[i])
-                        i += 1
-                    continue
-                if text[i] == "'":
-                    i += 1
-                    break
-                value.append(text[i])
-                i += 1
-        else:
-            while i < n and text[i] not in _SPACE:
-                if text[i] == "\\":
-                    i += 1
-                    if i < n:
-                        value.append(text[i])
-                        i += 1
-                    continue
-                value.append(text[i])
-                i += 1
+        if quoted:
+            if i >= n:
+                return None  # unterminated quoted string
+            i += 1  # the closing quote
         pairs.append((keyword, "".join(value), value_start, i))
     return pairs
 
