@@ -189,10 +189,14 @@ def _graph(checkpointer: Any) -> Any:
         def _llm_type(self) -> str:
             return "scripted"
 
-        def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
+        def _generate(
+            self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+        ) -> ChatResult:
             last = messages[-1]
             if last.type == "human":
-                answer = AIMessage("", tool_calls=[{"id": f"call-{len(messages)}", "name": "lookup", "args": {"city": "Lyon"}}])
+                answer = AIMessage(
+                    "", tool_calls=[{"id": f"call-{len(messages)}", "name": "lookup", "args": {"city": "Lyon"}}]
+                )
             else:
                 answer = AIMessage(f"It is {last.content}.")
             return ChatResult(generations=[ChatGeneration(message=answer)])
@@ -377,7 +381,10 @@ def main() -> None:
                 print(f"{framework}: round {r + 1}/{args.rounds}", file=sys.stderr)
             journal_name, backend = list(contenders)
             result[framework] = {
-                name: {"ms per step": statistics.median(times[name]) * 1000, f"bytes after {args.steps} steps": sizes[name]}
+                name: {
+                    "ms per step": statistics.median(times[name]) * 1000,
+                    f"bytes after {args.steps} steps": sizes[name],
+                }
                 for name in contenders
             }
             result[framework]["time, backend / journal"] = statistics.median(times[backend]) / statistics.median(

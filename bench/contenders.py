@@ -245,7 +245,7 @@ def run_threads(workers: list[Callable[[], None]], *, timeout_s: float) -> int:
         barrier.wait()
         try:
             work()
-        except BaseException as exc:  # noqa: BLE001 - reported to the main thread
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=body, args=(w,), daemon=True) for w in workers]

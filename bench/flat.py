@@ -97,7 +97,9 @@ def transcript(j: journal.Journal, session_id: str, events: int, compactions: in
     messages = 0
     for i in range(events):
         if i % every == every - 1 and messages > 10:
-            items.append(("user_message", {"content": "summary", "surface_op": ["replace", messages - 10, messages - 5]}))
+            items.append(
+                ("user_message", {"content": "summary", "surface_op": ["replace", messages - 10, messages - 5]})
+            )
             messages -= 5
         else:
             items.append(("user_message" if i % 2 else "assistant_message", {"content": f"m{i}"}))

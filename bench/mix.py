@@ -34,7 +34,7 @@ from typing import Any
 import journal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import contenders as c  # noqa: E402
+import contenders as c
 
 EVENTS_PER_TURN = 13
 
@@ -144,7 +144,9 @@ def main() -> None:
     if args.json:
         print(json.dumps({"us_per_event": out}, indent=2))
         return
-    print(f"realistic turn mix ({EVENTS_PER_TURN} events a turn), one event per transaction; medians of {args.rounds} rounds")
+    print(
+        f"realistic turn mix ({EVENTS_PER_TURN} events a turn), one event per transaction; medians of {args.rounds} rounds"
+    )
     print(f"{'durability':<10}  {'contender':<18}  {'µs/event':>9}  {'vs raw':>7}  target")
     for durability, figures in out.items():
         raw = figures["raw apsw"]

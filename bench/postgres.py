@@ -693,7 +693,7 @@ def writer_process(index: int, j_dsn: str, raw_dsn: str, pipe: Any) -> None:
         raw_session, raw_seq = f"raw-{index}-{c.new_id()}", 0
         for _ in range(20):  # warm: prepared statements, the store's seq cache
             j.append(f"own-{index}", c.EVENT_TYPE, c.MESSAGE)
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+    except BaseException as exc:
         pipe.send(("error", f"{type(exc).__name__}: {exc}"))
         return
     pipe.send(("ready", index))
@@ -718,7 +718,7 @@ def writer_process(index: int, j_dsn: str, raw_dsn: str, pipe: Any) -> None:
                     raw_seq += 1
                     count += 1
             end = time.monotonic()
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        except BaseException as exc:
             pipe.send(("error", f"{type(exc).__name__}: {exc}"))
             continue
         pipe.send(("done", (count, end)))

@@ -102,7 +102,13 @@ def staged_raw_autocommit(raw: c.RawAppend) -> list[int]:
     return [t1 - t0, t2 - t1]
 
 
-def raw_stage_table(raw: c.RawAppend, ops: int, *, staged: Callable[[c.RawAppend], list[int]] = staged_raw_append, names: tuple[str, ...] = RAW_STAGES) -> str:
+def raw_stage_table(
+    raw: c.RawAppend,
+    ops: int,
+    *,
+    staged: Callable[[c.RawAppend], list[int]] = staged_raw_append,
+    names: tuple[str, ...] = RAW_STAGES,
+) -> str:
     stages: list[list[int]] = [[] for _ in names]
     for _ in range(ops):
         for i, ns in enumerate(staged(raw)):
@@ -136,17 +142,20 @@ def stage_table(j: journal.Journal, ops: int) -> str:
     return "\n".join(lines)
 
 
-BATCH_STAGES = ("validate + encode + copy", "lock + BEGIN + SELECT seq", "executemany", "COMMIT + exit", "make the Events")
+BATCH_STAGES = (
+    "validate + encode + copy",
+    "lock + BEGIN + SELECT seq",
+    "executemany",
+    "COMMIT + exit",
+    "make the Events",
+)
 
 
 def staged_append_many(j: journal.Journal, session_id: str, rows: int) -> list[int]:
     """One ``append_many`` of ``rows`` plain events, as ``LogMixin.append_many`` does it."""
     clock = time.perf_counter_ns
     t0 = clock()
-    encoded = [
-        (c.EVENT_TYPE, *j._codec.encode_copy(c.EVENT_TYPE, c.MESSAGE, index=i))
-        for i in range(rows)
-    ]
+    encoded = [(c.EVENT_TYPE, *j._codec.encode_copy(c.EVENT_TYPE, c.MESSAGE, index=i)) for i in range(rows)]
     time_ms = now_ms()
     t1 = clock()
     with j._store.write("append_many") as db:

@@ -165,6 +165,7 @@ def scan_vs_raw(path: Path, rounds: int) -> tuple[float, float]:
     statements: list[tuple[str, Any]] = []
     scans, raws = [], []
     with journal.open(path, readonly=True) as j:
+
         def trace(_cursor: Any, sql: str, bindings: Any) -> bool:
             if sql.lstrip().upper().startswith("SELECT"):
                 statements.append((sql, bindings))
@@ -232,7 +233,9 @@ def main() -> None:
     assert scan_figures is not None
     scan_s, raw_s = scan_figures
     if args.json:
-        print(json.dumps({"sessions": args.sessions, "medians_s": out, "scan_s": scan_s, "raw_join_s": raw_s}, indent=2))
+        print(
+            json.dumps({"sessions": args.sessions, "medians_s": out, "scan_s": scan_s, "raw_join_s": raw_s}, indent=2)
+        )
         return
     print(f"restart of {args.sessions} interrupted sessions, durability=full, medians of {args.rounds} rounds (s)")
     print(f"{'history':>8}  {'open':>7}  {'scan':>7}  {'recover':>8}  {'scan':>7}  {'total':>7}  "

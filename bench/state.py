@@ -58,7 +58,9 @@ def journal_run(path: Path, steps: int, marks: list[int]) -> tuple[dict[int, int
             start = time.perf_counter()
             versions = {"scratch": step + 1}
             j.append_many(
-                "thread", [("x.langgraph.checkpoint", {"step": step, "versions": versions})], state={"scratch": scratch(step)}
+                "thread",
+                [("x.langgraph.checkpoint", {"step": step, "versions": versions})],
+                state={"scratch": scratch(step)},
             )
             times.append(time.perf_counter() - start)
             if step + 1 in marks:
@@ -149,8 +151,12 @@ def main() -> None:
                 },
                 "ms per step": statistics.median(t for _, t in done) * 1000,
             }
-        result["bytes, SqliteSaver / journal"] = result["SqliteSaver"]["bytes"][args.steps] / result["journal"]["bytes"][args.steps]
-        result["time per step, SqliteSaver / journal"] = result["SqliteSaver"]["ms per step"] / result["journal"]["ms per step"]
+        result["bytes, SqliteSaver / journal"] = (
+            result["SqliteSaver"]["bytes"][args.steps] / result["journal"]["bytes"][args.steps]
+        )
+        result["time per step, SqliteSaver / journal"] = (
+            result["SqliteSaver"]["ms per step"] / result["journal"]["ms per step"]
+        )
         reads = {}
         for events in (1_000, 100_000):
             path = Path(tmp) / f"long-{events}.db"
@@ -164,7 +170,9 @@ def main() -> None:
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"LangGraph-shaped workload: 8 channels, one (500 B) changed per step, {args.steps} steps; medians of {args.rounds} rounds")
+    print(
+        f"LangGraph-shaped workload: 8 channels, one (500 B) changed per step, {args.steps} steps; medians of {args.rounds} rounds"
+    )
     for name in ("journal", "SqliteSaver"):
         r = result[name]
         total = ", ".join(f"{m} steps {b:,} B" for m, b in r["bytes"].items())

@@ -186,7 +186,7 @@ class _Writer:
         assert self._started is not None
         try:
             self.journal = self._opener()
-        except BaseException as exc:  # noqa: BLE001 - handed to the opener's task
+        except BaseException as exc:
             self._fail_queued()  # writes queued while it opened never ran: nothing was written
             _call_soon(self._started[0], _settle_future, self._started[1], None, exc)
             self._finish(None)
@@ -206,7 +206,7 @@ class _Writer:
         finally:
             try:
                 self.journal.close()
-            except BaseException as exc:  # noqa: BLE001 - handed to close()'s task
+            except BaseException as exc:
                 error = exc
             self._fail_queued()  # only if the loop above died: fail them rather than drop them
             self._finish(error)
@@ -253,7 +253,7 @@ class _Writer:
         assert self.journal is not None
         try:
             item.result = item.call(self.journal)
-        except BaseException as exc:  # noqa: BLE001 - the caller's error, raised in its task
+        except BaseException as exc:
             item.error = exc
 
     def _run_batch(self, batch: list[_Item]) -> None:
@@ -268,13 +268,13 @@ class _Writer:
                     ran += 1
                     try:
                         item.result = item.call(journal)
-                    except BaseException as exc:  # noqa: BLE001 - this write fails alone
+                    except BaseException as exc:
                         item.result, item.error = None, exc
                     if shared.broken:
                         break  # SQLite rolled everything back: the batch fails as a whole
                 committing = True
             self.commits += 1
-        except BaseException as exc:  # noqa: BLE001 - the round's transaction failed: every write in it did
+        except BaseException as exc:
             kept = [item for item in batch[:ran] if item.error is None]
             outcome = _round_outcome(journal, exc, kept) if committing else WriteOutcome.ABSENT
             for item in batch:
@@ -320,7 +320,7 @@ def _round_outcome(journal: Journal, exc: BaseException, kept: list[_Item]) -> W
                 found = journal.events(event.session_id, since=event.seq, limit=1)
                 if found and found[0] == event:
                     return WriteOutcome.PRESENT
-    except Exception:  # noqa: BLE001 - the disk (or the server) is failing: nothing is known
+    except Exception:
         return WriteOutcome.UNKNOWN
     return WriteOutcome.UNKNOWN
 
@@ -545,7 +545,12 @@ class AsyncJournal:
 
         def call(j: Journal) -> Dispatch:
             return j.dispatch(
-                session_id, call_id, turn=sync_turn, idempotency_key=idempotency_key, request_id=request_id, effect=effect
+                session_id,
+                call_id,
+                turn=sync_turn,
+                idempotency_key=idempotency_key,
+                request_id=request_id,
+                effect=effect,
             )
 
         return _Dispatching(self, call)
@@ -563,9 +568,7 @@ class AsyncJournal:
         )
         return None if claim is None else AsyncClaim(self, claim)
 
-    async def follow(
-        self, session_id: str, *, since: int = 0, interval: float = 0.1
-    ) -> AsyncIterator[Event]:
+    async def follow(self, session_id: str, *, since: int = 0, interval: float = 0.1) -> AsyncIterator[Event]:
         """The session's events from ``since`` on, then each new one as it is appended (by this
         journal, another ``Journal`` or another process), until the iteration is stopped.
         Appends through this journal wake it at once; others are seen within ``interval``

@@ -52,7 +52,11 @@ class Audit:
                     for t in turns
                 }  # fmt: skip
                 stored_calls = {
-                    c.call_id: {"requested_seq": c.requested_seq, "dispatch_seq": c.dispatch_seq, "result_seq": c.result_seq}
+                    c.call_id: {
+                        "requested_seq": c.requested_seq,
+                        "dispatch_seq": c.dispatch_seq,
+                        "result_seq": c.result_seq,
+                    }
                     for c in calls
                 }
                 out.extend(compare(sid, own, stored_turns, stored_calls))
@@ -83,5 +87,7 @@ def _compactions(db: Database, session_id: str, seed: int) -> list[Disagreement]
             continue
         for field in ("kind", "first", "last", "before", "after"):
             if getattr(have, field) != getattr(want, field):
-                out.append(Disagreement(session_id, "compactions", str(seq), field, getattr(have, field), getattr(want, field)))
+                out.append(
+                    Disagreement(session_id, "compactions", str(seq), field, getattr(have, field), getattr(want, field))
+                )
     return out

@@ -164,6 +164,12 @@ class Claims:
                     reason=TurnEndReason.REJECTED.value, step_outcome=StepOutcome.ERROR.value,
                 )  # fmt: skip
             _queue.transition_txn(
-                db, sub.id, claim.attempt, from_=SubmissionState.RUNNING, to=SubmissionState.FAILED, now=now, outcome=reason
+                db,
+                sub.id,
+                claim.attempt,
+                from_=SubmissionState.RUNNING,
+                to=SubmissionState.FAILED,
+                now=now,
+                outcome=reason,
             )
         claim.turn.mark_closed()

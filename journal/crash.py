@@ -116,7 +116,7 @@ def _from_environment() -> None:
     if not spec:
         return
     name, _, count = spec.partition(":")
-    if name and (not count or count.isascii() and count.isdigit() and int(count) >= 1):
+    if name and (not count or (count.isascii() and count.isdigit() and int(count) >= 1)):
         arm(name, int(count) if count else 1)
         if name not in POINTS and name not in TOOL_POINTS:
             # Armed all the same: a tool of the caller's may reach a point of its own. But a

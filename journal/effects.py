@@ -217,7 +217,7 @@ class Effects:
     ) -> tuple[EffectRecovery, IndeterminateCall | None]:
         try:
             derived: str | None = effects.derive(arguments)
-        except Exception as exc:  # noqa: BLE001 - the author's code; the recorded key decides
+        except Exception as exc:
             _logger.warning("key derivation for %s/%s failed: %r", base.session_id, base.call_id, exc)
             derived = None
         key = base.idempotency_key or derived
@@ -238,7 +238,7 @@ class Effects:
             return self._make_indeterminate(base, IndeterminateReason.NO_REQUEST_ID, None)
         try:
             answer = effects.lookup(base.request_id, arguments)
-        except Exception as exc:  # noqa: BLE001 - a failing lookup is "cannot tell": Unsafe
+        except Exception as exc:
             return self._make_indeterminate(base, IndeterminateReason.LOOKUP_FAILED, f"lookup raised {exc!r}")
         if isinstance(answer, Landed):
             outcome = attrs.evolve(base, action=EffectAction.LANDED)
@@ -255,7 +255,7 @@ class Effects:
         )  # fmt: skip
         try:
             content = tool.fn(arguments, context)
-        except Exception as exc:  # noqa: BLE001 - reported; the call stays dispatched, safe to retry later
+        except Exception as exc:
             return attrs.evolve(outcome, action=EffectAction.REISSUE_FAILED, detail=repr(exc))
         return self._record(attrs.evolve(outcome, action=EffectAction.REISSUED), content, is_error=False)
 
@@ -297,7 +297,11 @@ class Effects:
         outcome = attrs.evolve(outcome, action=EffectAction.INDETERMINATE, reason=reason, detail=detail)
         with self._store.write(SOURCE) as db:
             row = call_row_txn(db, session_id, call_id)
-            if row is None or row.state is not CallState.DISPATCHED or _log.result_seq_txn(db, session_id, call_id) is not None:
+            if (
+                row is None
+                or row.state is not CallState.DISPATCHED
+                or _log.result_seq_txn(db, session_id, call_id) is not None
+            ):
                 # Settled meanwhile (another recoverer, or the tool's own late result): a
                 # synthetic result must never become a tool_result_late next to a real one.
                 return attrs.evolve(outcome, action=EffectAction.ALREADY_SETTLED, reason=None, detail=None), None

@@ -81,7 +81,9 @@ class Journal:
         self._recovery = Recovery(store, self._log, self._queue, self._effects)
         self._reconciler = Reconciler(store, self._log, self._turns, self._queue, self._recovery, self._effects)
         self._transcript = Transcript(store, self._log)
-        self._purge = Purge(store, self._log, (self._turns, self._results, self._effects, self._queue, self._transcript))
+        self._purge = Purge(
+            store, self._log, (self._turns, self._results, self._effects, self._queue, self._transcript)
+        )
         self._audit = Audit(store, self._log)
         self._previews = Previews(store)
 

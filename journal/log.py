@@ -136,7 +136,14 @@ def call_id_of(type_: str, data: dict[str, Any]) -> str | None:
 
 
 def append_text_txn(
-    db: Database, session_id: str, type_: str, text: str, time_ms: int, *, call_id: str | None = None, key: str | None = None
+    db: Database,
+    session_id: str,
+    type_: str,
+    text: str,
+    time_ms: int,
+    *,
+    call_id: str | None = None,
+    key: str | None = None,
 ) -> int:
     """Append one validated event at the session's next seq, inside the caller's transaction."""
     seq = next_seq_in_txn(db, session_id)
@@ -317,7 +324,9 @@ _ENGINE_ONLY = {"retract": "retract(session_id)"}
 
 def _refuse_engine_only(type_: str, index: int | None = None) -> None:
     if type_ in _ENGINE_ONLY:
-        raise InvalidEvent("type", f"a {type_} event is appended by {_ENGINE_ONLY[type_]}, not by a plain append", index)
+        raise InvalidEvent(
+            "type", f"a {type_} event is appended by {_ENGINE_ONLY[type_]}, not by a plain append", index
+        )
 
 
 def same_result(winner: dict[str, Any], loser: dict[str, Any]) -> bool:
@@ -373,7 +382,13 @@ def _filtered_txn(
 
 
 def insert_session_txn(
-    db: Database, session_id: str, created_ms: int, *, meta: str | None = None, parent_id: str | None = None, seed_length: int = 0
+    db: Database,
+    session_id: str,
+    created_ms: int,
+    *,
+    meta: str | None = None,
+    parent_id: str | None = None,
+    seed_length: int = 0,
 ) -> None:
     """Insert a session row; ``SessionExists`` if the id is taken (the key decides, not a read)."""
     try:
@@ -550,7 +565,9 @@ class Log:
             where += " AND (s.created_ms, s.id) > (?, ?)"
             args += [after.created_ms, after.id]
         elif after is not None:
-            where += " AND (s.created_ms, s.id) > (SELECT created_ms, id FROM sessions WHERE id = ? AND purged_ms IS NULL)"
+            where += (
+                " AND (s.created_ms, s.id) > (SELECT created_ms, id FROM sessions WHERE id = ? AND purged_ms IS NULL)"
+            )
             args.append(after)
         sql = f"{_SESSION_ROW}{where} ORDER BY s.created_ms, s.id LIMIT ?"
         with self._store.read() as db:
@@ -703,7 +720,9 @@ class Log:
                 db.next_seqs[session_id] = first + len(encoded)
                 out = [Event(session_id, first + i, t, copies[i], time_ms) for i, (t, _, _) in enumerate(encoded)]
             else:
-                out = [self._append_item_txn(db, session_id, *encoded[i], copies[i], time_ms) for i in range(len(encoded))]
+                out = [
+                    self._append_item_txn(db, session_id, *encoded[i], copies[i], time_ms) for i in range(len(encoded))
+                ]
             if values is not None:
                 _state.write_txn(db, session_id, next_seq_in_txn(db, session_id), values)
         return out
@@ -743,7 +762,9 @@ class Log:
         """The session's keyed state: the latest value of each key (of ``keys``, or every key),
         or as it stood right after event ``as_of`` (a fork's as of its fork point, then its own)."""
         check_text("session_id", session_id)
-        wanted = None if keys is None else [_state.check_key(k, "keys") for k in ([keys] if isinstance(keys, str) else keys)]
+        wanted = (
+            None if keys is None else [_state.check_key(k, "keys") for k in ([keys] if isinstance(keys, str) else keys)]
+        )
         if as_of is not None:
             check_int("as_of", as_of)
         with self._store.read() as db:
@@ -814,7 +835,12 @@ class Log:
             insert_session_txn(db, fork_id, created, meta=meta_text, parent_id=session_id, seed_length=boundary + 1)
             _state.snapshot_txn(db, chain_txn(db, session_id), fork_id, boundary + 1)
         return Session(
-            id=fork_id, count=boundary + 1, created_ms=created, meta=meta, parent_id=session_id, seed_length=boundary + 1
+            id=fork_id,
+            count=boundary + 1,
+            created_ms=created,
+            meta=meta,
+            parent_id=session_id,
+            seed_length=boundary + 1,
         )
 
     # -- what purge and import write -------------------------------------------------------

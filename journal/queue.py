@@ -145,7 +145,10 @@ def transition_txn(
     if resume_mode is not _KEEP:
         sets += ", resume_mode = ?"
         args.append(None if resume_mode is None else resume_mode.value)
-    db.execute(f"UPDATE submissions SET {sets} WHERE id = ? AND state = ? AND attempt = ?", (*args, submission_id, from_.value, attempt))
+    db.execute(
+        f"UPDATE submissions SET {sets} WHERE id = ? AND state = ? AND attempt = ?",
+        (*args, submission_id, from_.value, attempt),
+    )
     return db.changes() == 1
 
 
@@ -173,20 +176,25 @@ class Queue:
     def applied_txn(self, db: Database, submission_id: str, *, input_seq: int, turn_start_seq: int) -> None:
         """Record where a claim applied the input and which turn processes it."""
         db.execute(
-            "UPDATE submissions SET input_seq = ?, turn_start_seq = ? WHERE id = ?", (input_seq, turn_start_seq, submission_id)
+            "UPDATE submissions SET input_seq = ?, turn_start_seq = ? WHERE id = ?",
+            (input_seq, turn_start_seq, submission_id),
         )
 
     def held_txn(self, db: Database, claim: Claim) -> Submission:
         """The claim's submission, if the claim still holds it; raises ``LeaseLost`` otherwise."""
         sub = get_txn(db, claim.submission.id)
         if sub.state is not _R or sub.attempt != claim.attempt or sub.lease_owner != claim.owner:
-            raise LeaseLost(sub.session_id, claim.attempt, f"the submission is {sub.state.value} at attempt {sub.attempt}")
+            raise LeaseLost(
+                sub.session_id, claim.attempt, f"the submission is {sub.state.value} at attempt {sub.attempt}"
+            )
         return sub
 
     def stale_txn(self, db: Database, now: int) -> tuple[list[SubmissionInfo], list[SubmissionInfo]]:
         """The running submissions whose lease expired or whose owner is dead, and the queued ones."""
         stale = []
-        for row in list(db.execute(f"SELECT {_INFO_COLUMNS} FROM submissions WHERE state = 'running' ORDER BY lease_expires_ms")):
+        for row in list(
+            db.execute(f"SELECT {_INFO_COLUMNS} FROM submissions WHERE state = 'running' ORDER BY lease_expires_ms")
+        ):
             info = SubmissionInfo.from_row(row, StaleReason.EXPIRED)
             if info.lease_expires_ms is not None and info.lease_expires_ms <= now:
                 stale.append(info)

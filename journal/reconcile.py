@@ -81,7 +81,9 @@ class Decision:
 class Reconciler:
     """``reconcile``."""
 
-    def __init__(self, store: Store, log: Log, turns: Turns, queue: Queue, recovery: Recovery, effects: Effects) -> None:
+    def __init__(
+        self, store: Store, log: Log, turns: Turns, queue: Queue, recovery: Recovery, effects: Effects
+    ) -> None:
         self._store = store
         self._log = log
         self._turns = turns
@@ -127,13 +129,17 @@ class Reconciler:
         sub = _queue.get_txn(db, submission_id)
         state_kind = "pending"
         if not _queue.is_stale(sub, now):
-            return Decision(sub.id, sub.session_id, DecisionAction.SKIPPED, state_kind, sub.attempt, reason="not stale any more")
+            return Decision(
+                sub.id, sub.session_id, DecisionAction.SKIPPED, state_kind, sub.attempt, reason="not stale any more"
+            )
         following = None if sub.input_seq is None else _log.read_events_txn(db, sub.session_id, sub.input_seq + 1)
         if sub.input_seq is not None and not _log.read_events_txn(db, sub.session_id, sub.input_seq, sub.input_seq + 1):
             following = None
         state = classify_submission_state(following, context_window=context_window)
         act = _Act(self, db, sub, now, state.kind)
-        turn = None if sub.turn_start_seq is None else turn_row_txn(db, sub.session_id, sub.turn_start_seq, open_only=True)
+        turn = (
+            None if sub.turn_start_seq is None else turn_row_txn(db, sub.session_id, sub.turn_start_seq, open_only=True)
+        )
 
         if sub.input_seq is None:
             return act.requeue()
@@ -146,7 +152,11 @@ class Reconciler:
         if isinstance(state, TerminalError):
             return act.fail(f"terminal error: {state.reason}", turn)
         if turn is not None:
-            if turn.phase is Phase.PROVIDER_STARTED and turn.stream_key and self._turns.unconsumed_chunks_txn(db, turn.stream_key):  # 3
+            if (
+                turn.phase is Phase.PROVIDER_STARTED
+                and turn.stream_key
+                and self._turns.unconsumed_chunks_txn(db, turn.stream_key)
+            ):  # 3
                 act.continue_stream(turn)
             elif turn.phase is Phase.TOOL_REQUEST_RECORDED:  # 5
                 turn = act.repair_tool_request(turn)
@@ -172,9 +182,18 @@ class _Act:
         self.appended.append(event)
         return event
 
-    def _decision(self, action: DecisionAction, *, mode: ResumeMode | None = None, reason: str | None = None) -> Decision:
+    def _decision(
+        self, action: DecisionAction, *, mode: ResumeMode | None = None, reason: str | None = None
+    ) -> Decision:
         return Decision(
-            self.sub.id, self.sub.session_id, action, self.state_kind, self.sub.attempt, mode, reason, tuple(self.appended)
+            self.sub.id,
+            self.sub.session_id,
+            action,
+            self.state_kind,
+            self.sub.attempt,
+            mode,
+            reason,
+            tuple(self.appended),
         )
 
     def _leave_running(self, to: SubmissionState, outcome: str | None, mode: ResumeMode | None = None) -> None:
@@ -191,7 +210,9 @@ class _Act:
     def settle(self, outcome: str, turn: TurnState | None) -> Decision:
         if turn is not None:
             complete, ok = TurnEndReason.COMPLETE.value, StepOutcome.OK.value
-            closed = self.parts._turns.close_txn(self.db, self.sub.session_id, turn.start_seq, self.now, reason=complete, step_outcome=ok)
+            closed = self.parts._turns.close_txn(
+                self.db, self.sub.session_id, turn.start_seq, self.now, reason=complete, step_outcome=ok
+            )
             self.appended.extend(closed)
         self._leave_running(SubmissionState.COMPLETED, outcome)
         return self._decision(DecisionAction.SETTLED, reason=outcome)

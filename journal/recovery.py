@@ -159,9 +159,7 @@ _OPEN_TURNS_OWING = (
     "WHERE t.end_seq IS NULL "
     "ORDER BY t.session_id, t.start_seq, coalesce(c.requested_seq, c.dispatch_seq), c.call_id"
 )
-_INTERRUPTED_SESSIONS = (
-    "SELECT DISTINCT session_id FROM turn_journal INDEXED BY turn_journal_open WHERE end_seq IS NULL ORDER BY session_id"
-)
+_INTERRUPTED_SESSIONS = "SELECT DISTINCT session_id FROM turn_journal INDEXED BY turn_journal_open WHERE end_seq IS NULL ORDER BY session_id"
 # The session's seed length and the start of its outermost open turn (NULL: nothing open); no
 # row: no such session.
 _OUTERMOST_OPEN = (
@@ -175,10 +173,14 @@ _CALL_SEQS = (
 )
 
 
-def _held(owner: str | None, sub_state: str | None, lease_owner: str | None, lease_expires_ms: int | None, now: int) -> bool:
+def _held(
+    owner: str | None, sub_state: str | None, lease_owner: str | None, lease_expires_ms: int | None, now: int
+) -> bool:
     """Whether a turn's owner may still be driving it. A claimed turn is held while its lease
     is (the same owner, not expired, not dead); a turn of the turn API while its process lives."""
-    if sub_state is not None and (sub_state != SubmissionState.RUNNING or lease_owner != owner or (lease_expires_ms or 0) <= now):
+    if sub_state is not None and (
+        sub_state != SubmissionState.RUNNING or lease_owner != owner or (lease_expires_ms or 0) <= now
+    ):
         return False
     return held_elsewhere(owner)
 
@@ -203,9 +205,22 @@ def open_turns_txn(db: Database) -> list[OpenTurn]:
     turns: list[OpenTurn] = []
     owed: list[OwedCall] = []
     head: tuple[Any, ...] = ()
-    for sid, start, number, phase, attempt, sub_id, owner, state, lease, expires, call_id, name, req, disp in db.execute(
-        _OPEN_TURNS_OWING
-    ):
+    for (
+        sid,
+        start,
+        number,
+        phase,
+        attempt,
+        sub_id,
+        owner,
+        state,
+        lease,
+        expires,
+        call_id,
+        name,
+        req,
+        disp,
+    ) in db.execute(_OPEN_TURNS_OWING):
         if not head or start != head[1] or sid != head[0]:  # a turn's rows come together (ORDER BY)
             if head:
                 turns.append(_open_turn(head, owed, now))
@@ -227,7 +242,9 @@ def before_txn(db: Database, session_id: str, start: int, call_ids: set[str], *,
     the fork chain for a fork), never from the events."""
     seqs = {
         call_id: (requested, dispatched, answered)
-        for call_id, requested, dispatched, answered in db.execute(_CALL_SEQS, (session_id, json.dumps(sorted(call_ids))))
+        for call_id, requested, dispatched, answered in db.execute(
+            _CALL_SEQS, (session_id, json.dumps(sorted(call_ids)))
+        )
     }
     if fork:
         # A fork: its parent's log (up to the fork point) comes before all of its own events.
@@ -271,7 +288,9 @@ def plan_txn(db: Database, session_id: str) -> list[Repair]:
     if start is None:
         return []
     # A fork's inherited prefix never holds an open turn (G11): the window is the session's own.
-    events = [Event(session_id, *r[:2], json.loads(r[2]), r[3]) for r in db.execute(_OWN_EVENTS_FROM, (session_id, start))]
+    events = [
+        Event(session_id, *r[:2], json.loads(r[2]), r[3]) for r in db.execute(_OWN_EVENTS_FROM, (session_id, start))
+    ]
     repairs = plan(events)
     # Only a call the window alone says is owed can be changed by the log before it: sighted or
     # answered there, it is owed by no open turn. Ask tool_calls about those calls only.
@@ -337,7 +356,9 @@ class Recovery:
                 targets = [session_id]
             held = {} if force else held_by_txn(db, targets, now)
             return [
-                RecoveryPlan(sid, (), live_owner=held[sid]) if sid in held else RecoveryPlan(sid, tuple(plan_txn(db, sid)))
+                RecoveryPlan(sid, (), live_owner=held[sid])
+                if sid in held
+                else RecoveryPlan(sid, tuple(plan_txn(db, sid)))
                 for sid in targets
             ]
 
@@ -371,7 +392,9 @@ class Recovery:
         if session_id is not None:
             check_text("session_id", session_id)
         if policy != "close":
-            raise InvalidArgument("policy", f'only "close" is a recovery policy (use reconcile() to resume), not {policy!r}')
+            raise InvalidArgument(
+                "policy", f'only "close" is a recovery policy (use reconcile() to resume), not {policy!r}'
+            )
         report = self.scan() if registry is not None and not force else None
         if registry is not None:
             held = set() if force or report is None else {t.session_id for t in report.open_turns if t.held}

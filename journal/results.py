@@ -131,7 +131,9 @@ class CallRow:
     idempotency_key: str | None
     request_id: str | None
 
-    COLUMNS = "session_id, call_id, name, state, requested_seq, dispatch_seq, result_seq, effect, idempotency_key, request_id"
+    COLUMNS = (
+        "session_id, call_id, name, state, requested_seq, dispatch_seq, result_seq, effect, idempotency_key, request_id"
+    )
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> CallRow:
@@ -164,7 +166,9 @@ def pending_calls_txn(db: Database) -> list[PendingCall]:
 
 def call_row_txn(db: Database, session_id: str, call_id: str) -> CallRow | None:
     """The session's own ``tool_calls`` row of the call (not one inherited through a fork)."""
-    row = db.one(f"SELECT {CallRow.COLUMNS} FROM tool_calls WHERE session_id = ? AND call_id = ?", (session_id, call_id))
+    row = db.one(
+        f"SELECT {CallRow.COLUMNS} FROM tool_calls WHERE session_id = ? AND call_id = ?", (session_id, call_id)
+    )
     return None if row is None else CallRow.from_row(row)
 
 
@@ -285,7 +289,9 @@ def put_result_txn(
     if winner_seq is None:
         # No result anywhere, read in this transaction: the unique index keeps it first.
         _log.insert_txn(db, session_id, seq, "tool_result", text, time_ms, call_id=call_id, unanswered=True)
-        return PutResult(Event(session_id, seq, "tool_result", json.loads(text) if data is None else data, time_ms), won=True)
+        return PutResult(
+            Event(session_id, seq, "tool_result", json.loads(text) if data is None else data, time_ms), won=True
+        )
     winner = _event_at_txn(db, session_id, winner_seq)
     loser = json.loads(text)
     if _log.same_result(winner.data, loser):
@@ -294,4 +300,3 @@ def put_result_txn(
     # limit), and a late result's one required field is a result's too.
     _log.insert_txn(db, session_id, seq, "tool_result_late", text, time_ms)
     return PutResult(winner, won=False, late=Event(session_id, seq, "tool_result_late", loser, time_ms))
-

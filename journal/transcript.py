@@ -117,13 +117,16 @@ class Transcript:
             raise InvalidArgument("type", f"a summary is one of {_SUMMARY_TYPES}, not {type!r}")
         time_ms = _log.now_ms()
         with self._store.write("append", sessions=(session_id,)) as db:
-            count = _End(db, session_id).length() if places_compactions(db) else len(fold(_log.read_events_txn(db, session_id)))
+            count = (
+                _End(db, session_id).length()
+                if places_compactions(db)
+                else len(fold(_log.read_events_txn(db, session_id)))
+            )
             valid = all(isinstance(x, int) and not isinstance(x, bool) for x in (start, stop))
             if not valid or not 0 <= start <= stop < count:
                 raise InvalidRange(start, stop, count)
             data = {"content": summary, **fields, "surface_op": ["replace", start, stop]}
             return self._log.append_txn(db, session_id, type, data, time_ms)
-
 
     def retract(self, session_id: str, *, reason: str | None = None) -> Message | None:
         """Take the transcript's last message back, without deleting anything: appends a
@@ -214,7 +217,9 @@ class _End:
         self._chars = chars
         data = "data" if chars is None else "NULL"
         self._up, self._down, self._one = (sql.format(data=data) for sql in (_READ_UP, _READ_DOWN, _READ_ONE))
-        self._chain = [(owner, lo, int(min(hi, _SEQ_END))) for owner, lo, hi in reversed(_log.chain_txn(db, session_id))]
+        self._chain = [
+            (owner, lo, int(min(hi, _SEQ_END))) for owner, lo, hi in reversed(_log.chain_txn(db, session_id))
+        ]
         self._marks = [Compaction(*row) for owner, lo, hi in self._chain for row in db.execute(_MARKS, (owner, lo, hi))]
 
     def length(self) -> int:
@@ -289,7 +294,11 @@ class _End:
 
     @staticmethod
     def _split(
-        level: int, spans: list[tuple[int, int, int]], base: int, earlier: list[tuple[int, int, int]], slices: list[_Slice]
+        level: int,
+        spans: list[tuple[int, int, int]],
+        base: int,
+        earlier: list[tuple[int, int, int]],
+        slices: list[_Slice],
     ) -> None:
         """Positions before compaction ``level``: those under ``base`` stand where the one
         before it left them (``earlier``), the rest are its run of appends (``slices``)."""

@@ -69,7 +69,8 @@ def turn_row_txn(db: Database, session_id: str, start_seq: int, *, open_only: bo
     """The turn journal row of the turn started at ``start_seq`` (only if still open)."""
     where = " AND end_seq IS NULL" if open_only else ""
     row = db.one(
-        f"SELECT {TURN_COLUMNS} FROM turn_journal WHERE session_id = ? AND start_seq = ?{where}", (session_id, start_seq)
+        f"SELECT {TURN_COLUMNS} FROM turn_journal WHERE session_id = ? AND start_seq = ?{where}",
+        (session_id, start_seq),
     )
     return None if row is None else TurnState.from_row(row)
 
@@ -177,7 +178,14 @@ class Turns:
     # -- what other parts call inside their transactions ---------------------------------------
 
     def start_txn(
-        self, db: Database, session_id: str, time_ms: int, *, owner: str, submission_id: str | None = None, attempt: int = 1
+        self,
+        db: Database,
+        session_id: str,
+        time_ms: int,
+        *,
+        owner: str,
+        submission_id: str | None = None,
+        attempt: int = 1,
     ) -> Turn:
         """Open a turn driven by ``owner`` inside the caller's transaction; turns do not nest."""
         open_seq = open_turn_txn(db, session_id)
@@ -214,7 +222,9 @@ class Turns:
             (attempt, owner, submission_id, session_id, start_seq),
         )
 
-    def handle_txn(self, db: Database, session_id: str, start_seq: int, *, attempt: int, submission_id: str | None) -> Turn:
+    def handle_txn(
+        self, db: Database, session_id: str, start_seq: int, *, attempt: int, submission_id: str | None
+    ) -> Turn:
         """A handle on an open turn taken over by a new attempt, with its open step if any."""
         row = turn_row_txn(db, session_id, start_seq)
         assert row is not None
@@ -229,7 +239,9 @@ class Turns:
             stream_key=row.stream_key,
         )
 
-    def close_txn(self, db: Database, session_id: str, start_seq: int, time_ms: int, *, reason: str, step_outcome: str) -> list[Event]:
+    def close_txn(
+        self, db: Database, session_id: str, start_seq: int, time_ms: int, *, reason: str, step_outcome: str
+    ) -> list[Event]:
         """Close an open turn: its open step with ``step_outcome``, then the turn with ``reason``."""
         row = turn_row_txn(db, session_id, start_seq, open_only=True)
         if row is None:
@@ -317,9 +329,13 @@ class Turns:
             assert row is not None
             attempt, owner, submission_id, sub_state = row
             if submission_id is not None and sub_state == SubmissionState.RUNNING:
-                raise TurnHeld(session_id, start_seq, owner, f"it runs submission {submission_id!r}: reconcile() hands it over")
+                raise TurnHeld(
+                    session_id, start_seq, owner, f"it runs submission {submission_id!r}: reconcile() hands it over"
+                )
             if held_elsewhere(owner):
-                raise TurnHeld(session_id, start_seq, owner, "that process may still be running (recover(force=True) closes it)")
+                raise TurnHeld(
+                    session_id, start_seq, owner, "that process may still be running (recover(force=True) closes it)"
+                )
             self.hand_over_txn(db, session_id, start_seq, attempt=attempt + 1, owner=lease_owner())
             return self.handle_txn(db, session_id, start_seq, attempt=attempt + 1, submission_id=submission_id)
 
@@ -405,7 +421,8 @@ class Turns:
         open is an error: end it first."""
         if reason not in (TurnEndReason.COMPLETE.value, TurnEndReason.REJECTED.value):
             raise InvalidArgument(
-                "reason", f'must be "complete" or "rejected" ("interrupted" is written only by recovery), not {reason!r}'
+                "reason",
+                f'must be "complete" or "rejected" ("interrupted" is written only by recovery), not {reason!r}',
             )
         time_ms = _log.now_ms()
         with self._store.write("turn_end", sessions=(turn.session_id,)) as db:
@@ -442,7 +459,12 @@ class Turns:
         """The saved segments of a stream, in index order."""
         check_text("stream_key", stream_key)
         with self._store.read() as db:
-            return [c for (c,) in db.execute("SELECT content FROM stream_chunks WHERE stream_key = ? ORDER BY idx", (stream_key,))]
+            return [
+                c
+                for (c,) in db.execute(
+                    "SELECT content FROM stream_chunks WHERE stream_key = ? ORDER BY idx", (stream_key,)
+                )
+            ]
 
     def turn_state(self, session_id: str, start_seq: int | None = None) -> TurnState | None:
         """The turn journal row of a session's open turn (or of the turn started at

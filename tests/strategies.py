@@ -202,7 +202,10 @@ def appendable_items(call_ids: tuple[str, ...] = ("c1", "c2", "c3"), *, max_call
         st.just(("step_start", {"turn": 1, "step": 1})),
         st.just(("step_end", {"turn": 1, "step": 1, "outcome": "ok"})),
         st.lists(calls, min_size=1, max_size=max_calls, unique=True).map(
-            lambda ids: ("assistant_message", {"content": "", "tool_calls": [{"id": i, "name": tool(i), "arguments": {}} for i in ids]})
+            lambda ids: (
+                "assistant_message",
+                {"content": "", "tool_calls": [{"id": i, "name": tool(i), "arguments": {}} for i in ids]},
+            )
         ),
         calls.map(lambda i: ("tool_call", {"id": i, "name": tool(i)})),
         calls.map(lambda i: ("tool_result", {"tool_call_id": i, "content": "r"})),
@@ -221,7 +224,9 @@ def interrupted_logs(draw, call_ids: tuple[str, ...] = ("c1", "c2", "c3", "c4"))
     requested: list[str] = []
     # Inside the turn, mostly what an agent writes: steps, requests, dispatches of requested
     # calls, results; now and then anything (a nested turn, a turn_end, a stray dispatch).
-    for move in draw(st.lists(st.sampled_from(["step", "end_step", "request", "dispatch", "result", "any"]), max_size=10)):
+    for move in draw(
+        st.lists(st.sampled_from(["step", "end_step", "request", "dispatch", "result", "any"]), max_size=10)
+    ):
         if move == "step":
             tail.append(("step_start", {"turn": 2, "step": 1}))
         elif move == "end_step":

@@ -8,7 +8,6 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from tests.raw import Raw
 import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
@@ -16,6 +15,7 @@ from hypothesis import strategies as st
 
 import journal
 from journal.cli import main
+from tests.raw import Raw
 
 from .conftest import python_child, run_child
 
@@ -49,7 +49,13 @@ def test_g2_a_batch_skips_the_keys_already_stored_or_repeated_and_writes_the_res
     j.append("s", "x.entry", {"n": 0}, key="a")
     out = j.append_many(
         "s",
-        [("x.entry", {"n": 1}, "a"), ("x.entry", {"n": 2}, "b"), ("x.entry", {"n": 3}, "b"), note(4), ("x.entry", {"n": 5}, "c")],
+        [
+            ("x.entry", {"n": 1}, "a"),
+            ("x.entry", {"n": 2}, "b"),
+            ("x.entry", {"n": 3}, "b"),
+            note(4),
+            ("x.entry", {"n": 5}, "c"),
+        ],
     )
     assert [(e.seq, e.existing) for e in out] == [(0, True), (1, False), (1, True), (2, False), (3, False)]
     assert [e.data["n"] for e in fresh().events("s")] == [0, 2, 4, 5]
@@ -111,7 +117,9 @@ print("done")
 
 
 @pytest.mark.parametrize("point", ["append_many.before_commit", "append_many.after_commit"])
-def test_g2_a_kill_in_a_batch_with_a_stored_key_and_a_second_result_leaves_all_or_nothing(tmp_path: Path, point: str) -> None:
+def test_g2_a_kill_in_a_batch_with_a_stored_key_and_a_second_result_leaves_all_or_nothing(
+    tmp_path: Path, point: str
+) -> None:
     path = tmp_path / "j.db"
     with journal.open(path) as j:
         j.create_session("s")
@@ -238,7 +246,9 @@ def test_g1_keyed_state_survives_a_kill(tmp_path: Path) -> None:
         assert j.state("s", as_of=0) == {"channel": {"v": 2}, "raw": b"\x01"}  # both written after event 0
 
 
-def test_g11_a_fork_inherits_the_state_as_of_its_fork_point_and_neither_sees_the_others_writes(j: journal.Journal) -> None:
+def test_g11_a_fork_inherits_the_state_as_of_its_fork_point_and_neither_sees_the_others_writes(
+    j: journal.Journal,
+) -> None:
     j.create_session("p")
     j.append_many("p", [note(0)], state={"a": 1, "b": 1})
     j.append_many("p", [note(1)], state={"a": 2})
@@ -338,7 +348,11 @@ def test_sessions_by_meta_and_prefix_are_paged_and_read_through_an_index(j: jour
     every = j.sessions()  # the listing order: created_ms, then id
 
     def having(**wanted: Any) -> list[str]:
-        return [s.id for s in every if s.meta and all(s.meta.get(k) == v and type(s.meta.get(k)) is type(v) for k, v in wanted.items())]
+        return [
+            s.id
+            for s in every
+            if s.meta and all(s.meta.get(k) == v and type(s.meta.get(k)) is type(v) for k, v in wanted.items())
+        ]
 
     u0 = [s.id for s in j.sessions(meta={"user": "u0"})]
     assert u0 == having(user="u0") and len(u0) == 11
@@ -447,9 +461,8 @@ def test_take_over_is_refused_while_the_owner_lives_and_allowed_once_it_is_dead(
         with journal.open(path) as j:
             with pytest.raises(journal.TurnHeld):
                 j.take_over("s")
-            with pytest.raises(journal.TurnHeld):
-                with j.turn("s", resume=True):
-                    pass
+            with pytest.raises(journal.TurnHeld), j.turn("s", resume=True):
+                pass
     finally:
         holder.kill()
         holder.wait()
@@ -523,7 +536,9 @@ def test_export_and_import_carry_keys_and_every_state_version(tmp_path: Path) ->
         ('{"event": {"session_id": "s", "seq": 1, "type": "x.a", "data": {}, "time_ms": 1, "key": "dup"}}', "key"),
     ],
 )
-def test_g12_a_bad_key_or_state_line_is_refused_and_imports_nothing_of_its_session(tmp_path: Path, line: str, problem: str) -> None:
+def test_g12_a_bad_key_or_state_line_is_refused_and_imports_nothing_of_its_session(
+    tmp_path: Path, line: str, problem: str
+) -> None:
     from journal import transfer
 
     lines = [

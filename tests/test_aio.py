@@ -557,7 +557,7 @@ def _refused_from(where: str, misuses: list[tuple[str, Any]]) -> list[str]:
             except journal.WrongLoop as exc:
                 if exc.where != where or not isinstance(exc, RuntimeError):
                     wrong.append(f"{name}: {exc!r}")
-            except BaseException as exc:  # noqa: BLE001 - reported by the test
+            except BaseException as exc:
                 wrong.append(f"{name}: {exc!r}")
             else:
                 wrong.append(f"{name}: not refused")

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from journal.model import Event, EventType, StopReason
 from journal.pure.classify import (
     Absent,
     AdvancedPastInput,
@@ -27,7 +28,6 @@ from journal.pure.classify import (
     is_context_overflow,
     is_retryable_error,
 )
-from journal.model import Event, EventType, StopReason
 from tests import builders
 from tests.builders import raw, result, step_end, step_start, system, turn_start, usage, user
 from tests.strategies import any_items, bookkeeping_items, significant_items
@@ -79,66 +79,80 @@ M = ResumeMode
 CASES = [
     # rule 2
     pytest.param(
-        [STOP, user("and another thing")], fixed(AdvancedPastInput()),
+        [STOP, user("and another thing")],
+        fixed(AdvancedPastInput()),
         id="r2_user_message_after_input_is_advanced_past_input",
     ),
     pytest.param(
-        [tool_use("a"), user("and another thing")], fixed(AdvancedPastInput()),
+        [tool_use("a"), user("and another thing")],
+        fixed(AdvancedPastInput()),
         id="r2_user_message_wins_over_an_open_batch",
     ),
     # rule 3
     pytest.param([], resume(M.INPUT_ONLY, None), id="r3_nothing_after_input_resumes_input_only"),
     pytest.param(
-        [TURN_START, STEP_START, APP_NOTE], resume(M.INPUT_ONLY, None),
+        [TURN_START, STEP_START, APP_NOTE],
+        resume(M.INPUT_ONLY, None),
         id="r3_only_bookkeeping_resumes_input_only",
     ),
     # rule 4 (before overflow: finished work is settled, overflow only flagged)
     pytest.param([STOP], completed(0, overflow=False), id="r4_stop_is_completed"),
     pytest.param([assistant(stop_reason="length")], completed(0, overflow=False), id="r4_length_is_completed"),
     pytest.param(
-        [tool_use("a"), result("a"), STEP_END, STOP], completed(3, overflow=False),
+        [tool_use("a"), result("a"), STEP_END, STOP],
+        completed(3, overflow=False),
         id="r4_stop_after_a_batch_is_completed",
     ),
     pytest.param(
-        [assistant(stop_reason="stop", usage=usage(190_000, 10, 10_001))], completed(0, overflow=True),
+        [assistant(stop_reason="stop", usage=usage(190_000, 10, 10_001))],
+        completed(0, overflow=True),
         id="r4_stop_over_the_window_is_completed_with_silent_overflow",
     ),
     pytest.param(
-        [assistant(stop_reason="stop", usage=usage(190_000, 10, 10_000))], completed(0, overflow=False),
+        [assistant(stop_reason="stop", usage=usage(190_000, 10, 10_000))],
+        completed(0, overflow=False),
         id="r4_stop_exactly_at_the_window_is_no_overflow",
     ),
     pytest.param(
-        [assistant(stop_reason="length", usage=usage(198_000, 0))], completed(0, overflow=True),
+        [assistant(stop_reason="length", usage=usage(198_000, 0))],
+        completed(0, overflow=True),
         id="r4_length_with_no_output_at_99_percent_is_silent_overflow",
     ),
     pytest.param(
-        [assistant(stop_reason="length", usage=usage(197_999, 0))], completed(0, overflow=False),
+        [assistant(stop_reason="length", usage=usage(197_999, 0))],
+        completed(0, overflow=False),
         id="r4_length_below_99_percent_is_no_overflow",
     ),
     pytest.param(
-        [assistant(stop_reason="length", usage=usage(199_000, 1))], completed(0, overflow=False),
+        [assistant(stop_reason="length", usage=usage(199_000, 1))],
+        completed(0, overflow=False),
         id="r4_length_with_output_is_no_overflow",
     ),
     # rule 5
     pytest.param(
-        [error("prompt is too long: 215000 tokens > 200000 maximum")], resume(M.OVERFLOW, 0),
+        [error("prompt is too long: 215000 tokens > 200000 maximum")],
+        resume(M.OVERFLOW, 0),
         id="r5_prompt_too_long_resumes_overflow",
     ),
     pytest.param(
-        [error("Error code: 400 - context_length_exceeded")], resume(M.OVERFLOW, 0),
+        [error("Error code: 400 - context_length_exceeded")],
+        resume(M.OVERFLOW, 0),
         id="r5_context_length_exceeded_resumes_overflow",
     ),
     pytest.param(
-        [error("Your input exceeds the context window of this model")], resume(M.OVERFLOW, 0),
+        [error("Your input exceeds the context window of this model")],
+        resume(M.OVERFLOW, 0),
         id="r5_exceeds_the_context_window_resumes_overflow",
     ),
     pytest.param(
-        [error("prompt is too long: 215000 tokens > 200000 maximum (HTTP 500 upstream)")], resume(M.OVERFLOW, 0),
+        [error("prompt is too long: 215000 tokens > 200000 maximum (HTTP 500 upstream)")],
+        resume(M.OVERFLOW, 0),
         id="r5_overflow_wins_over_a_retryable_status",
     ),
     # rule 6
     pytest.param(
-        [error("upstream said HTTP 503")], resume(M.TRANSIENT_RETRY, 0, errors=1),
+        [error("upstream said HTTP 503")],
+        resume(M.TRANSIENT_RETRY, 0, errors=1),
         id="r6_http_503_resumes_transient_retry",
     ),
     pytest.param(
@@ -147,7 +161,8 @@ CASES = [
         id="r6_retryable_errors_in_a_row_are_counted",
     ),
     pytest.param(
-        [error("invalid api key"), error("Request timed out")], resume(M.TRANSIENT_RETRY, 1, errors=1),
+        [error("invalid api key"), error("Request timed out")],
+        resume(M.TRANSIENT_RETRY, 1, errors=1),
         id="r6_count_stops_at_a_non_retryable_error",
     ),
     pytest.param(
@@ -161,7 +176,8 @@ CASES = [
         id="r6_215000_tokens_is_not_a_retryable_500",
     ),
     pytest.param(
-        [error("413 request_too_large: see the rate limits page")], resume(M.TRANSIENT_RETRY, 0, errors=1),
+        [error("413 request_too_large: see the rate limits page")],
+        resume(M.TRANSIENT_RETRY, 0, errors=1),
         id="r6_a_rate_limit_that_reads_like_an_overflow_resumes_transient_retry",
     ),
     pytest.param(
@@ -171,79 +187,96 @@ CASES = [
     ),
     # rule 7
     pytest.param(
-        [ABORTED, INTERRUPTED, CONTINUED], resume(M.STREAM_CONTINUATION, 0),
+        [ABORTED, INTERRUPTED, CONTINUED],
+        resume(M.STREAM_CONTINUATION, 0),
         id="r7_aborted_then_stream_signals_resumes_stream_continuation",
     ),
     pytest.param(
-        [ABORTED, STEP_END, INTERRUPTED, APP_NOTE, CONTINUED], resume(M.STREAM_CONTINUATION, 0),
+        [ABORTED, STEP_END, INTERRUPTED, APP_NOTE, CONTINUED],
+        resume(M.STREAM_CONTINUATION, 0),
         id="r7_bookkeeping_between_signals_keeps_them_adjacent",
     ),
     pytest.param(
-        [tool_use("a", "b"), result("a"), ABORTED, INTERRUPTED, CONTINUED], resume(M.STREAM_CONTINUATION, 2),
+        [tool_use("a", "b"), result("a"), ABORTED, INTERRUPTED, CONTINUED],
+        resume(M.STREAM_CONTINUATION, 2),
         id="r7_stream_continuation_wins_over_a_partial_batch",
     ),
     pytest.param(
-        [ABORTED, INTERRUPTED, system(), CONTINUED], resume(M.ABORTED_PARTIAL, 0),
+        [ABORTED, INTERRUPTED, system(), CONTINUED],
+        resume(M.ABORTED_PARTIAL, 0),
         id="r7_signals_not_adjacent_are_aborted_partial",
     ),
     pytest.param(
-        [ABORTED, CONTINUED, INTERRUPTED], resume(M.ABORTED_PARTIAL, 0),
+        [ABORTED, CONTINUED, INTERRUPTED],
+        resume(M.ABORTED_PARTIAL, 0),
         id="r7_signals_in_the_wrong_order_are_aborted_partial",
     ),
     pytest.param(
-        [ABORTED, INTERRUPTED], resume(M.ABORTED_PARTIAL, 0),
+        [ABORTED, INTERRUPTED],
+        resume(M.ABORTED_PARTIAL, 0),
         id="r7_interrupted_without_continued_is_aborted_partial",
     ),
     # rule 8
     pytest.param([tool_use("a", "b")], unresolved(0), id="r8_tool_use_without_any_result_is_unresolved"),
     pytest.param(
-        [STEP_START, tool_use("a"), dispatch("a")], unresolved(1),
+        [STEP_START, tool_use("a"), dispatch("a")],
+        unresolved(1),
         id="r8_dispatched_call_without_result_is_unresolved",
     ),
     pytest.param(
-        [tool_use("a", "b"), dispatch("a"), result("a"), dispatch("b"), result("b")], resume(M.TOOL_RESULTS, 0),
+        [tool_use("a", "b"), dispatch("a"), result("a"), dispatch("b"), result("b")],
+        resume(M.TOOL_RESULTS, 0),
         id="r8_complete_batch_resumes_tool_results",
     ),
     pytest.param(
-        [tool_use("a", "b"), result("b"), result("a")], resume(M.TOOL_RESULTS, 0),
+        [tool_use("a", "b"), result("b"), result("a")],
+        resume(M.TOOL_RESULTS, 0),
         id="r8_results_out_of_call_order_are_still_complete",
     ),
     pytest.param(
-        [tool_use("a", "b"), dispatch("a"), result("a"), dispatch("b")], resume(M.TOOL_RESULTS_PARTIAL, 0),
+        [tool_use("a", "b"), dispatch("a"), result("a"), dispatch("b")],
+        resume(M.TOOL_RESULTS_PARTIAL, 0),
         id="r8_partial_batch_resumes_tool_results_partial",
     ),
     pytest.param(
-        [tool_use("a"), result("a"), tool_use("b")], resume(M.TOOL_RESULTS_PARTIAL, 2),
+        [tool_use("a"), result("a"), tool_use("b")],
+        resume(M.TOOL_RESULTS_PARTIAL, 2),
         id="r8_new_batch_after_earlier_results_is_partial_not_unresolved",
     ),
     # rule 9
     pytest.param(
-        [tool_use("a", "b"), result("a"), ABORTED], resume(M.TOOL_RESULTS_PARTIAL, 2),
+        [tool_use("a", "b"), result("a"), ABORTED],
+        resume(M.TOOL_RESULTS_PARTIAL, 2),
         id="r9_partial_batch_then_aborted_resumes_tool_results_partial",
     ),
     pytest.param(
-        [tool_use("a", "b"), result("a"), result("b"), STEP_END, ABORTED], resume(M.ABORTED_PARTIAL, 4),
+        [tool_use("a", "b"), result("a"), result("b"), STEP_END, ABORTED],
+        resume(M.ABORTED_PARTIAL, 4),
         id="r9_complete_batch_then_aborted_resumes_aborted_partial",
     ),
     pytest.param([ABORTED], resume(M.ABORTED_PARTIAL, 0), id="r9_aborted_alone_resumes_aborted_partial"),
     pytest.param(
-        [tool_use("a", "b"), result("a"), ABORTED, ABORTED], resume(M.ABORTED_PARTIAL, 3),
+        [tool_use("a", "b"), result("a"), ABORTED, ABORTED],
+        resume(M.ABORTED_PARTIAL, 3),
         id="r9_two_aborted_after_a_batch_break_the_shape",
     ),
     # rule 10
     pytest.param(
-        [error("invalid api key")], fixed(TerminalError("invalid api key")),
+        [error("invalid api key")],
+        fixed(TerminalError("invalid api key")),
         id="r10_non_retryable_error_is_terminal_with_its_message",
     ),
     pytest.param(
-        [error(None)], fixed(TerminalError("error")),
+        [error(None)],
+        fixed(TerminalError("error")),
         id="r10_error_without_message_is_terminal_with_stop_reason",
     ),
     pytest.param(
         [assistant(stop_reason="refusal")], fixed(TerminalError("refusal")), id="r10_unknown_stop_reason_is_terminal"
     ),
     pytest.param(
-        [("assistant_message", {"content": "?"})], fixed(TerminalError("unknown")),
+        [("assistant_message", {"content": "?"})],
+        fixed(TerminalError("unknown")),
         id="r10_missing_stop_reason_is_terminal_unknown",
     ),
 ]
@@ -330,46 +363,66 @@ def test_states_are_hashable_although_events_hold_dicts() -> None:
     ("items", "at", "call_ids"),
     [
         pytest.param(
-            [tool_use("a", "b", "c"), result("b")], 0, ("a", "b", "c"),
+            [tool_use("a", "b", "c"), result("b")],
+            0,
+            ("a", "b", "c"),
             id="partial_batch_returns_all_calls_in_call_order",
         ),
         pytest.param(
-            [tool_use("a", "b"), result("a"), STEP_END, ABORTED], 0, ("a", "b"),
+            [tool_use("a", "b"), result("a"), STEP_END, ABORTED],
+            0,
+            ("a", "b"),
             id="partial_batch_then_one_aborted_assistant",
         ),
         pytest.param([tool_use("a", "b")], 0, ("a", "b"), id="batch_without_results_is_partial"),
         pytest.param(
-            [tool_use("a"), dispatch("a"), result("zz")], 0, ("a",),
+            [tool_use("a"), dispatch("a"), result("zz")],
+            0,
+            ("a",),
             id="result_for_a_foreign_call_answers_nothing",
         ),
         pytest.param(
-            [tool_use("x"), result("x"), tool_use("a", "b"), result("a")], 2, ("a", "b"),
+            [tool_use("x"), result("x"), tool_use("a", "b"), result("a")],
+            2,
+            ("a", "b"),
             id="only_the_last_batch_is_examined",
         ),
         pytest.param(
-            [tool_use("a", "b"), result("a"), ABORTED, INTERRUPTED], None, (),
+            [tool_use("a", "b"), result("a"), ABORTED, INTERRUPTED],
+            None,
+            (),
             id="trailing_signal_breaks_the_shape",
         ),
         pytest.param([tool_use("a", "b"), result("a"), result("b")], None, (), id="complete_batch_is_none"),
         pytest.param(
-            [tool_use("a", "b"), result("a"), result("b"), ABORTED], None, (),
+            [tool_use("a", "b"), result("a"), result("b"), ABORTED],
+            None,
+            (),
             id="complete_batch_then_aborted_is_none",
         ),
         pytest.param(
-            [tool_use("a", "b"), result("a"), ABORTED, ABORTED], None, (),
+            [tool_use("a", "b"), result("a"), ABORTED, ABORTED],
+            None,
+            (),
             id="two_aborted_assistants_are_not_the_shape",
         ),
         pytest.param(
-            [tool_use("a", "b"), result("a"), system()], None, (),
+            [tool_use("a", "b"), result("a"), system()],
+            None,
+            (),
             id="system_message_after_results_is_not_the_shape",
         ),
         pytest.param(
-            [tool_use("a", "b"), result("a"), INTERRUPTED, CONTINUED], None, (),
+            [tool_use("a", "b"), result("a"), INTERRUPTED, CONTINUED],
+            None,
+            (),
             id="stream_continued_means_no_partial_batch",
         ),
         pytest.param([CONTINUED, tool_use("a", "b")], None, (), id="stream_continued_anywhere_means_no_partial_batch"),
         pytest.param(
-            [error("overloaded"), result("a")], None, (),
+            [error("overloaded"), result("a")],
+            None,
+            (),
             id="results_after_a_non_tool_use_assistant_are_none",
         ),
         pytest.param([STOP], None, (), id="stopped_assistant_is_none"),
@@ -483,9 +536,7 @@ STILL_AN_OVERFLOW = [
     pytest.param(
         "Overloaded? No: your input exceeds the context window of this model", id="overflow_beside_overloaded"
     ),
-    pytest.param(
-        "Too many tokens: the prompt does not fit (service unavailable: no)", id="unavailable_not_as_prefix"
-    ),
+    pytest.param("Too many tokens: the prompt does not fit (service unavailable: no)", id="unavailable_not_as_prefix"),
 ]
 
 
@@ -515,22 +566,30 @@ def test_only_an_error_assistant_is_a_retryable_error() -> None:
         pytest.param(error("context length exceeded"), WINDOW, True, id="context_length_exceeded_prose"),
         pytest.param(error("overloaded"), WINDOW, False, id="retryable_error_is_not_overflow"),
         pytest.param(
-            assistant(stop_reason="aborted", error_message="prompt is too long"), WINDOW, False,
+            assistant(stop_reason="aborted", error_message="prompt is too long"),
+            WINDOW,
+            False,
             id="aborted_is_never_overflow",
         ),
         pytest.param(
             assistant(stop_reason="stop", usage=usage(200_001, 5)), WINDOW, True, id="stop_over_window_by_input"
         ),
         pytest.param(
-            assistant(stop_reason="stop", usage={"input": 200_001.0, "output": 5}), WINDOW, True,
+            assistant(stop_reason="stop", usage={"input": 200_001.0, "output": 5}),
+            WINDOW,
+            True,
             id="integral_float_counts",
         ),
         pytest.param(
-            assistant(stop_reason="stop", usage={"input": 150_000}), WINDOW, False,
+            assistant(stop_reason="stop", usage={"input": 150_000}),
+            WINDOW,
+            False,
             id="missing_cache_read_counts_as_zero",
         ),
         pytest.param(
-            assistant(stop_reason="length", usage={"input": 199_000}), WINDOW, False,
+            assistant(stop_reason="length", usage={"input": 199_000}),
+            WINDOW,
+            False,
             id="length_without_output_is_unknown",
         ),
         pytest.param(assistant(stop_reason="stop"), WINDOW, False, id="missing_usage"),
@@ -552,7 +611,8 @@ def test_is_context_overflow(item: tuple[str, Any], window: int, overflow: bool)
         pytest.param([error("overloaded")], 1, id="one"),
         pytest.param([error("overloaded"), error("HTTP 429"), error("timeout")], 3, id="three_in_a_row"),
         pytest.param(
-            [error("overloaded"), error("invalid api key"), error("timeout")], 1,
+            [error("overloaded"), error("invalid api key"), error("timeout")],
+            1,
             id="stops_at_non_retryable_error",
         ),
         pytest.param([error("overloaded"), user("and another thing"), error("timeout")], 1, id="stops_at_user_message"),

@@ -66,8 +66,10 @@ BAD_IMPORTS = {
     "unknown_record": (b'{"other": {}}\n', "expected"),
     "two_records_in_one": (json.dumps({"event": GOOD_EVENT, "session": {}}).encode() + b"\n", "expected"),
     "unknown_key": (json.dumps({"event": {**GOOD_EVENT, "extra": 1}}).encode() + b"\n", "unknown field 'extra'"),
-    "missing_field": (json.dumps({"event": {k: v for k, v in GOOD_EVENT.items() if k != "time_ms"}}).encode() + b"\n",
-                      "missing field 'time_ms'"),
+    "missing_field": (
+        json.dumps({"event": {k: v for k, v in GOOD_EVENT.items() if k != "time_ms"}}).encode() + b"\n",
+        "missing field 'time_ms'",
+    ),
     "wrong_type_seq": (json.dumps({"event": {**GOOD_EVENT, "seq": "0"}}).encode() + b"\n", "seq"),
     "wrong_type_time": (json.dumps({"event": {**GOOD_EVENT, "time_ms": True}}).encode() + b"\n", "time_ms"),
     "negative_time": (json.dumps({"event": {**GOOD_EVENT, "time_ms": -1}}).encode() + b"\n", "time_ms"),
@@ -109,7 +111,9 @@ def test_import_of_an_existing_session_is_refused_and_changes_nothing(db: Path) 
 def _journal(*args: bytes | str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
     environment = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
     environment.pop("JOURNAL_DB", None)
-    return subprocess.run([sys.executable, "-m", "journal.cli", *args], capture_output=True, env=environment, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "journal.cli", *args], capture_output=True, env=environment, timeout=60
+    )
 
 
 @pytest.mark.parametrize("value", ["x:abc", "x:0", "x:-1", ":3", "x:1.5", "x:\x1b[2J"])
@@ -123,7 +127,9 @@ def test_non_utf8_arguments_are_refused_in_one_line(db: Path) -> None:
     done = _journal("show", b"s\xff", "--db", str(db))
     assert done.returncode == 1 and done.stderr.count(b"\n") == 1 and b"'s\\udcff'" in done.stderr
     done = _journal("sessions", "--db", os.fsencode(db.parent) + b"/\xff.db")
-    assert done.returncode == 1 and done.stderr.startswith(b"journal: no such journal: ") and done.stderr.count(b"\n") == 1
+    assert (
+        done.returncode == 1 and done.stderr.startswith(b"journal: no such journal: ") and done.stderr.count(b"\n") == 1
+    )
 
 
 # -- the demo ----------------------------------------------------------------------------------------

@@ -187,8 +187,22 @@ print("finished")
 OTHER_POINTS = [
     f"{op}.{when}"
     for op in (
-        "create_schema", "submit", "claim", "renew", "requeue", "fail", "reconcile", "effect_recovery", "notify",
-        "resolve", "import", "purge", "writer", "set_state", "retract", "take_over",
+        "create_schema",
+        "submit",
+        "claim",
+        "renew",
+        "requeue",
+        "fail",
+        "reconcile",
+        "effect_recovery",
+        "notify",
+        "resolve",
+        "import",
+        "purge",
+        "writer",
+        "set_state",
+        "retract",
+        "take_over",
     )  # fmt: skip
     for when in ("before_commit", "after_commit")
 ]

@@ -17,7 +17,7 @@ def test_the_readme_python_examples_run(tmp_path: Path, monkeypatch) -> None:
     assert len(blocks) >= 2
     namespace: dict = {}
     for block in blocks:
-        exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - our own documentation
+        exec(compile(block, "README.md", "exec"), namespace)
     assert (tmp_path / "agent.db").exists()
 
 

@@ -33,7 +33,6 @@ CALLS = [
 ]
 
 
-
 @dataclass
 class Run:
     """What one run of the workload saw."""
@@ -83,7 +82,9 @@ def _operations(j: journal.Journal) -> list[tuple[str, Callable[[], Any]]]:
     ]
 
 
-def run_workload(path: Path, vfs: FaultVFS, *, durability: str, checkpoint_pages: int | None, arm: Callable[[], None]) -> Run:
+def run_workload(
+    path: Path, vfs: FaultVFS, *, durability: str, checkpoint_pages: int | None, arm: Callable[[], None]
+) -> Run:
     """Open (through `vfs`) and run the workload, stopping at the first error; the journal is
     left open in `run.journal` (None if the open itself failed)."""
     run = Run()
@@ -91,13 +92,13 @@ def run_workload(path: Path, vfs: FaultVFS, *, durability: str, checkpoint_pages
     arm()
     try:
         run.journal = journal.open(path, durability=durability, vfs=vfs.name, checkpoint_pages=checkpoint_pages)
-    except BaseException as exc:  # noqa: BLE001 - the test inspects what escaped
+    except BaseException as exc:
         run.error, run.failed_op = exc, "open"
         return run
     for name, op in _operations(run.journal):
         try:
             value = op()
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             run.error, run.failed_op = exc, name
             return run
         run.ops_returned.append(name)
@@ -115,9 +116,13 @@ def close_quietly(j: journal.Journal | None) -> None:
         pass  # the disk may be gone; the connection is closed all the same
 
 
-def clean_log(tmp_path: Path, vfs: FaultVFS, *, durability: str, checkpoint_pages: int | None) -> tuple[list[tuple[str, Any]], int, int]:
+def clean_log(
+    tmp_path: Path, vfs: FaultVFS, *, durability: str, checkpoint_pages: int | None
+) -> tuple[list[tuple[str, Any]], int, int]:
     """The clean run's log as (type, data), and the writes and syncs it made (open included)."""
-    run = run_workload(tmp_path / "clean.db", vfs, durability=durability, checkpoint_pages=checkpoint_pages, arm=lambda: None)
+    run = run_workload(
+        tmp_path / "clean.db", vfs, durability=durability, checkpoint_pages=checkpoint_pages, arm=lambda: None
+    )
     assert run.error is None, run.error
     counted = vfs.writes, vfs.syncs  # before close: the closing checkpoint is not swept
     assert run.journal is not None
@@ -273,7 +278,9 @@ def _run_prefix(
 
 
 @pytest.mark.parametrize("torn", [False, True], ids=["clean", "torn"])
-def test_g1_power_loss_after_each_commit_loses_nothing_returned_under_full(vfs: FaultVFS, tmp_path: Path, torn: bool) -> None:
+def test_g1_power_loss_after_each_commit_loses_nothing_returned_under_full(
+    vfs: FaultVFS, tmp_path: Path, torn: bool
+) -> None:
     clean, _, _ = clean_log(tmp_path, vfs, durability="full", checkpoint_pages=None)
     for ops in range(OPERATIONS + 1):
         path = tmp_path / f"{ops}.db"

@@ -27,7 +27,6 @@ DB_NAME = "test.db"
 FILE_FLAGS = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE | apsw.SQLITE_OPEN_MAIN_DB
 
 
-
 @dataclass
 class Workload:
     """What one run of insert transactions saw: which COMMITs returned, which ones raised."""
@@ -149,9 +148,7 @@ def test_power_loss_puts_back_the_synced_bytes_and_size(vfs: FaultVFS, tmp_path:
     assert path.read_bytes() == b"a" * 4096
 
 
-def test_torn_power_loss_keeps_whole_sectors_of_old_or_new_data(
-    vfs: FaultVFS, tmp_path: Path
-) -> None:
+def test_torn_power_loss_keeps_whole_sectors_of_old_or_new_data(vfs: FaultVFS, tmp_path: Path) -> None:
     outcomes = set()
     for seed in range(8):
         path = tmp_path / f"plain{seed}"
@@ -173,9 +170,7 @@ def test_torn_power_loss_keeps_whole_sectors_of_old_or_new_data(
     assert any(b"o" in o and b"n" in o for o in outcomes), "no write was ever torn"
 
 
-def test_power_loss_removes_a_file_created_and_never_synced(
-    vfs: FaultVFS, tmp_path: Path
-) -> None:
+def test_power_loss_removes_a_file_created_and_never_synced(vfs: FaultVFS, tmp_path: Path) -> None:
     path = tmp_path / "new"
     file = vfs.xOpen(str(path), [FILE_FLAGS, 0])
     file.xWrite(b"x" * 100, 0)
@@ -209,9 +204,7 @@ def test_every_io_fails_after_power_loss_until_reset(vfs: FaultVFS, tmp_path: Pa
     assert read_back(tmp_path / "db") == {0, 1, 2, 3}
 
 
-def test_a_file_changed_through_another_vfs_is_taken_as_durable(
-    vfs: FaultVFS, tmp_path: Path
-) -> None:
+def test_a_file_changed_through_another_vfs_is_taken_as_durable(vfs: FaultVFS, tmp_path: Path) -> None:
     # After a crash the default VFS replays and checkpoints the WAL behind this VFS's back;
     # undoing the stale unsynced writes on top of that would corrupt the file.
     directory = tmp_path / "db"
@@ -260,9 +253,7 @@ def test_wal_mode_with_shared_memory_works_through_the_vfs(vfs: FaultVFS, tmp_pa
         writer.close()
 
 
-def test_counters_count_writes_and_syncs_per_file_since_reset(
-    vfs: FaultVFS, tmp_path: Path
-) -> None:
+def test_counters_count_writes_and_syncs_per_file_since_reset(vfs: FaultVFS, tmp_path: Path) -> None:
     conn = open_fresh(tmp_path / "db", vfs)
     try:
         assert (vfs.writes, vfs.syncs) == (0, 0)
@@ -296,9 +287,7 @@ def test_injected_errors_carry_the_extended_result_code(vfs: FaultVFS, tmp_path:
 
 
 @pytest.mark.parametrize("torn", [False, True], ids=["clean", "torn"])
-def test_power_loss_after_each_commit_keeps_every_commit_under_full(
-    vfs: FaultVFS, tmp_path: Path, torn: bool
-) -> None:
+def test_power_loss_after_each_commit_keeps_every_commit_under_full(vfs: FaultVFS, tmp_path: Path, torn: bool) -> None:
     for done in range(TRANSACTIONS + 1):
         for seed in range(3) if torn else [None]:
             directory = tmp_path / f"{done}-{seed}"
@@ -313,9 +302,7 @@ def test_power_loss_after_each_commit_keeps_every_commit_under_full(
 
 
 @pytest.mark.parametrize("torn", [False, True], ids=["clean", "torn"])
-def test_power_loss_under_normal_loses_only_a_tail_of_commits(
-    vfs: FaultVFS, tmp_path: Path, torn: bool
-) -> None:
+def test_power_loss_under_normal_loses_only_a_tail_of_commits(vfs: FaultVFS, tmp_path: Path, torn: bool) -> None:
     kept = []
     for done in range(TRANSACTIONS + 1):
         directory = tmp_path / str(done)
@@ -416,9 +403,7 @@ def test_commit_whose_fsync_failed_reappears_after_a_crash(vfs: FaultVFS, tmp_pa
     assert read_back(tmp_path / "db") == {0, 1, 2}
 
 
-def test_commit_raises_for_a_failed_autocheckpoint_although_it_is_durable(
-    vfs: FaultVFS, tmp_path: Path
-) -> None:
+def test_commit_raises_for_a_failed_autocheckpoint_although_it_is_durable(vfs: FaultVFS, tmp_path: Path) -> None:
     # The commit is synced in the WAL; the auto-checkpoint that follows it fails writing the
     # database file, and apsw raises that error from the COMMIT statement.
     conn = open_fresh(tmp_path / "db", vfs)
@@ -435,9 +420,7 @@ def test_commit_raises_for_a_failed_autocheckpoint_although_it_is_durable(
 
 
 @pytest.mark.parametrize("kind", ["write", "sync"])
-def test_a_persistent_error_fails_every_commit_until_healed(
-    vfs: FaultVFS, tmp_path: Path, kind: str
-) -> None:
+def test_a_persistent_error_fails_every_commit_until_healed(vfs: FaultVFS, tmp_path: Path, kind: str) -> None:
     conn = open_fresh(tmp_path / "db", vfs)
     try:
         (vfs.fail_write if kind == "write" else vfs.fail_sync)(2, persistent=True)
@@ -452,9 +435,7 @@ def test_a_persistent_error_fails_every_commit_until_healed(
     assert_honest(tmp_path / "db", merged(failing, healed))
 
 
-def test_disk_full_raises_full_error_and_keeps_the_file_intact(
-    vfs: FaultVFS, tmp_path: Path
-) -> None:
+def test_disk_full_raises_full_error_and_keeps_the_file_intact(vfs: FaultVFS, tmp_path: Path) -> None:
     conn = open_fresh(tmp_path / "db", vfs)
     try:
         vfs.disk_full(after_bytes=20_000)

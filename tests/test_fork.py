@@ -32,7 +32,9 @@ def test_a_boundary_after_a_closed_turn_forks(j: journal.Journal, parent: str, f
     assert j.append(fork.id, "user_message", {"content": "fork"}).seq == 7
 
 
-def test_g11_a_boundary_inside_a_turn_closed_later_in_the_parent_is_an_open_turn_error(j: journal.Journal, parent: str) -> None:
+def test_g11_a_boundary_inside_a_turn_closed_later_in_the_parent_is_an_open_turn_error(
+    j: journal.Journal, parent: str
+) -> None:
     _closed_turn(j, parent)  # 7..11
     for boundary in (7, 8, 10):
         with pytest.raises(journal.OpenTurnError) as info:
@@ -41,7 +43,9 @@ def test_g11_a_boundary_inside_a_turn_closed_later_in_the_parent_is_an_open_turn
     assert j.fork(parent, 11).seed_length == 12
 
 
-def test_g11_a_boundary_inside_an_open_turn_and_last_with_an_open_final_turn_raise(j: journal.Journal, parent: str) -> None:
+def test_g11_a_boundary_inside_an_open_turn_and_last_with_an_open_final_turn_raise(
+    j: journal.Journal, parent: str
+) -> None:
     turn = j.turn_start(parent)  # 7
     turn.step_start()  # 8
     with pytest.raises(journal.OpenTurnError) as info:

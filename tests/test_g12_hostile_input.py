@@ -432,8 +432,16 @@ def test_g12_data_nested_100000_deep_is_refused_naming_the_depth_and_writes_noth
         ("[" * 100_000 + "]" * 100_000, False),
         ("[" * 100_000, False),  # unclosed, too: refused before the parser recurses
     ],
-    ids=["100-lists", "101-lists", "100-objects", "101-objects", "brackets-in-a-string", "escaped-quote",
-         "100000-lists", "100000-unclosed"],  # fmt: skip
+    ids=[
+        "100-lists",
+        "101-lists",
+        "100-objects",
+        "101-objects",
+        "brackets-in-a-string",
+        "escaped-quote",
+        "100000-lists",
+        "100000-unclosed",
+    ],  # fmt: skip
 )
 def test_g12_json_text_is_parsed_by_the_codec_under_the_same_depth_limit(text: str, accepted: bool) -> None:
     from journal.codec import parse_json

@@ -254,7 +254,10 @@ def test_g13_every_cli_command_refuses_a_foreign_file_and_leaves_every_byte(fore
     running = {
         name: subprocess.Popen(
             [sys.executable, "-m", "journal.cli", *args, "--db", str(foreign)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
         )  # fmt: skip
         for name, args in _cli_commands(tmp_path).items()
     }

@@ -55,9 +55,7 @@ BENIGN = "plain text"
 def _bad_characters(text: str) -> list[str]:
     """Characters no output may carry raw: C0 but newline and tab, DEL, C1, Cf, Cs, Zl, Zp."""
     return [
-        f"U+{ord(c):04X}"
-        for c in text
-        if c not in "\n\t" and unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp")
+        f"U+{ord(c):04X}" for c in text if c not in "\n\t" and unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp")
     ]
 
 
@@ -83,7 +81,9 @@ def test_g14_the_escaper_covers_every_control_format_and_separator_character_of_
     assert missing == []
 
 
-@pytest.mark.parametrize("text", [*HOSTILE.values(), "\udc80", "x\ud800y"], ids=[*HOSTILE, "lone_low_surrogate", "lone_high_surrogate"])
+@pytest.mark.parametrize(
+    "text", [*HOSTILE.values(), "\udc80", "x\ud800y"], ids=[*HOSTILE, "lone_low_surrogate", "lone_high_surrogate"]
+)
 def test_g14_escaped_text_is_one_visible_line_and_escaping_again_changes_nothing(text: str) -> None:
     shown = escape(text)
     assert _bad_characters(shown) == [] and "\n" not in shown and "\t" not in shown
@@ -356,7 +356,13 @@ def _env(**extra: str) -> dict[str, str]:
 def test_g14_through_a_pipe_in_a_real_process(journals) -> None:
     h = HOSTILE["osc52_clipboard_write"] + HOSTILE["c1_csi"] + HOSTILE["right_to_left_override"]
     db = journals["osc52_clipboard_write"]
-    for args in (["show", "s"], ["tail", "s"], ["sessions"], ["scan"], ["show", "evil" + HOSTILE["osc52_clipboard_write"]]):
+    for args in (
+        ["show", "s"],
+        ["tail", "s"],
+        ["sessions"],
+        ["scan"],
+        ["show", "evil" + HOSTILE["osc52_clipboard_write"]],
+    ):
         done = subprocess.run(_command(*args, "--db", str(db)), capture_output=True, env=_env(), timeout=60)
         assert done.returncode == 0, done.stderr
         assert_safe(done.stdout + done.stderr, " ".join(args))

@@ -26,7 +26,7 @@ def _appends_sharing_one_commit(j: journal.Journal, arm: Callable[[], None]) -> 
     def append(k: int) -> None:
         try:
             outcomes[k] = j.append("s", "x.note", {"k": k})
-        except BaseException as exc:  # noqa: BLE001 - the outcome under test
+        except BaseException as exc:
             outcomes[k] = exc
 
     threads = [threading.Thread(target=append, args=(k,)) for k in range(APPENDS)]
@@ -96,7 +96,7 @@ def test_g2_a_refused_append_in_a_failed_shared_commit_keeps_its_own_error(vfs: 
         def refused() -> None:
             try:
                 j.append("nobody", "x.note", {"k": "refused"})
-            except BaseException as exc:  # noqa: BLE001 - the outcome under test
+            except BaseException as exc:
                 outcomes["refused"] = exc
 
         def arm() -> None:

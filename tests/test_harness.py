@@ -122,7 +122,9 @@ def test_a_kill_that_finds_the_workload_finished_is_no_kill(crash_harness: Harne
 
 
 @pytest.mark.parametrize("recovery_point", ["recover.before_commit", "recover.after_commit"])
-def test_a_recovery_killed_at_its_commit_is_finished_by_the_next_one(crash_harness: Harness, recovery_point: str) -> None:
+def test_a_recovery_killed_at_its_commit_is_finished_by_the_next_one(
+    crash_harness: Harness, recovery_point: str
+) -> None:
     verdict = crash_harness.kill_at("put_result.before_commit", 2, recovery_kill_at=recovery_point)
     assert verdict.killed and verdict.recovery_killed
     assert verdict.ok, verdict.problems
@@ -140,7 +142,9 @@ def test_a_kill_under_normal_durability_loses_nothing(tmp_path: Path) -> None:
 
 
 def test_the_verdict_reports_a_side_effect_without_a_durable_dispatch(crash_harness: Harness) -> None:
-    verdict = crash_harness.kill_at("dispatch.before_commit", workload=f"{THIS}:agent_that_runs_tools_before_dispatching")
+    verdict = crash_harness.kill_at(
+        "dispatch.before_commit", workload=f"{THIS}:agent_that_runs_tools_before_dispatching"
+    )
     assert verdict.killed
     assert verdict.unrecorded_effects == ("agent/t1-ls",)
     assert not verdict.ok and "side effect without a durable dispatch: agent/t1-ls" in verdict.problems
@@ -228,7 +232,9 @@ def test_the_documented_pytest_example_passes(tmp_path: Path, module) -> None:
 
 
 def test_the_pytest_entry_point_loads_the_plugin_by_itself(tmp_path: Path) -> None:
-    entry_points = [ep for ep in importlib.metadata.entry_points(group="pytest11") if ep.value == "journal.testing.plugin"]
+    entry_points = [
+        ep for ep in importlib.metadata.entry_points(group="pytest11") if ep.value == "journal.testing.plugin"
+    ]
     if not entry_points:
         pytest.skip("the pytest11 entry point is not installed yet (pyproject.toml, then pip install -e .)")
     done = _run_example(tmp_path, _example(plugin))

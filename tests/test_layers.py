@@ -78,7 +78,10 @@ def violations(root: Path) -> list[str]:
         if not name.startswith(FRONTS):
             out += [f"{name}: the library imports {m}" for m in sorted(ours) if m.startswith(FRONTS)]
             out += [f"{name}: the library imports click" for m in sorted(used) if m.split(".")[0] == "click"]
-    graph = {name: {m for m in imports(path, set(mods), top_level_only=True) if m in mods and m != name} for name, path in mods.items()}
+    graph = {
+        name: {m for m in imports(path, set(mods), top_level_only=True) if m in mods and m != name}
+        for name, path in mods.items()
+    }
     out += [f"import cycle: {' -> '.join(cycle)}" for cycle in cycles(graph)]
     return out
 

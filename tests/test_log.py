@@ -6,13 +6,11 @@ import json
 import math
 import re
 
-import apsw
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import journal
-from journal import store
 from journal.codec import Codec
 from tests.raw import Raw, Refused
 from tests.strategies import json_values
@@ -100,7 +98,9 @@ def test_g2_g5_a_second_result_in_a_batch_is_kept_late_and_the_rest_is_written(j
     assert [e.type for e in fresh().events("s")] == ["assistant_message", "tool_result", "tool_result_late", "x.after"]
 
 
-@pytest.mark.parametrize("sql", ["UPDATE events SET data = '{}'", "DELETE FROM events", "UPDATE events SET seq = seq + 10"])
+@pytest.mark.parametrize(
+    "sql", ["UPDATE events SET data = '{}'", "DELETE FROM events", "UPDATE events SET seq = seq + 10"]
+)
 def test_g3_raw_update_and_delete_on_events_fail(j: journal.Journal, db_path, sql: str) -> None:
     j.create_session("s")
     j.append("s", "user_message", {"content": "keep me"})
@@ -131,7 +131,10 @@ def test_g4_raw_insert_off_the_sessions_next_seq_is_refused_by_the_schema(
     j.fork("s", 1, id="f")
     with Raw(db_path) as conn:
         with pytest.raises(Refused) as info:
-            conn.execute("INSERT INTO events (session_id, seq, type, data, time_ms) VALUES (?, ?, 'x.raw', '{}', 0)", (session, seq))
+            conn.execute(
+                "INSERT INTO events (session_id, seq, type, data, time_ms) VALUES (?, ?, 'x.raw', '{}', 0)",
+                (session, seq),
+            )
         assert info.value.kind == code
         # and the one seq that continues each session is taken
         conn.execute("INSERT INTO events (session_id, seq, type, data, time_ms) VALUES ('s', 3, 'x.raw', '{}', 0)")
@@ -167,11 +170,18 @@ BAD_INPUTS = [
     pytest.param(journal.EventType.TURN_START, {}, "data.turn", id="enum-type-missing-field"),
     pytest.param("turn_end", {"turn": 1, "steps": 0, "reason": "bored"}, "data.reason", id="bad-enum"),
     pytest.param(
-        "assistant_message", {"content": "", "tool_calls": [{"name": "t"}]}, "data.tool_calls[0].id", id="call-without-id"
+        "assistant_message",
+        {"content": "", "tool_calls": [{"name": "t"}]},
+        "data.tool_calls[0].id",
+        id="call-without-id",
     ),
     pytest.param("turn_start", {"turn": 1, "surface_op": "append"}, "data.surface_op", id="surface-op-on-bookkeeping"),
-    pytest.param("user_message", {"content": "x", "surface_op": ["replace", 3, 1]}, "data.surface_op", id="reversed-range"),
-    pytest.param("user_message", {"content": "x", "surface_op": ["replace", -1, 2]}, "data.surface_op", id="negative-range"),
+    pytest.param(
+        "user_message", {"content": "x", "surface_op": ["replace", 3, 1]}, "data.surface_op", id="reversed-range"
+    ),
+    pytest.param(
+        "user_message", {"content": "x", "surface_op": ["replace", -1, 2]}, "data.surface_op", id="negative-range"
+    ),
     pytest.param("user_message", {"content": "x", "surface_op": ["swap", 0, 1]}, "data.surface_op", id="unknown-op"),
     pytest.param("user_message", {"content": "x", "surface_op": ["replace", 0]}, "data.surface_op", id="short-range"),
 ]
@@ -179,7 +189,9 @@ BAD_INPUTS = [
 
 @pytest.mark.parametrize("before", [0, 1], ids=["empty", "after-one"])
 @pytest.mark.parametrize(("type_", "data", "field"), BAD_INPUTS)
-def test_g12_bad_input_is_refused_naming_the_problem_and_writes_nothing(db_path, fresh, type_, data, field, before) -> None:
+def test_g12_bad_input_is_refused_naming_the_problem_and_writes_nothing(
+    db_path, fresh, type_, data, field, before
+) -> None:
     with journal.open(db_path, max_event_bytes=1024 * 1024) as j:
         j.create_session("s")
         for _ in range(before):  # then the next append would be a lone INSERT
@@ -239,7 +251,9 @@ def test_an_append_after_any_write_of_this_journal_is_a_lone_insert(j: journal.J
     # hold on either path, and the schema refuses a wrong seq).
     lone: list[bool] = []
     write_one = type(j._store).write_one
-    monkeypatch.setattr(type(j._store), "write_one", lambda self, *a, **k: lone.append(write_one(self, *a, **k)) or lone[-1])
+    monkeypatch.setattr(
+        type(j._store), "write_one", lambda self, *a, **k: lone.append(write_one(self, *a, **k)) or lone[-1]
+    )
     j.create_session("s")
     j.append("s", "user_message", {"content": "first"})  # nothing known yet: reads the seq
     turn = j.turn_start("s")
@@ -273,7 +287,9 @@ def _requested(j: journal.Journal, session_id: str, *call_ids: str) -> journal.T
 def test_g5_g6_a_lone_dispatch_or_result_is_one_insert_and_a_second_one_is_refused(j, fresh, monkeypatch) -> None:
     lone: list[object] = []
     write_one = type(j._store).write_one
-    monkeypatch.setattr(type(j._store), "write_one", lambda self, *a, **k: lone.append(write_one(self, *a, **k)) or lone[-1])
+    monkeypatch.setattr(
+        type(j._store), "write_one", lambda self, *a, **k: lone.append(write_one(self, *a, **k)) or lone[-1]
+    )
     j.create_session("s")
     _requested(j, "s", "c1")
     j.append("s", "tool_call", {"id": "c1", "name": "t"})

@@ -185,9 +185,7 @@ def undo_v6(conn: apsw.Connection) -> None:
     sql = conn.execute("SELECT sql FROM sqlite_schema WHERE name = 'events'").get
     version = conn.pragma("schema_version")
     conn.pragma("writable_schema", True)
-    conn.execute(
-        "UPDATE sqlite_schema SET sql = ? WHERE name = 'events'", (sql.replace(" OR type = 'retract'", ""),)
-    )
+    conn.execute("UPDATE sqlite_schema SET sql = ? WHERE name = 'events'", (sql.replace(" OR type = 'retract'", ""),))
     conn.pragma("schema_version", version + 1)
     conn.pragma("writable_schema", False)
 
@@ -316,7 +314,9 @@ def test_g13_a_version_4_journal_gains_a_row_for_each_compaction_it_holds(tmp_pa
         assert j.check() == []
         for s in ("p", "f", "q"):
             whole = j.messages(s)
-            assert [j.messages(s, tail=n) for n in range(len(whole) + 1)] == [whole[len(whole) - n :] for n in range(len(whole) + 1)]
+            assert [j.messages(s, tail=n) for n in range(len(whole) + 1)] == [
+                whole[len(whole) - n :] for n in range(len(whole) + 1)
+            ]
         j.compact("f", 0, 1, "after the migration")  # placed by the new trigger from the old rows
         assert j.check() == []
     assert [row for row in _compaction_rows(old) if row[:2] != ("f", 21)] == placed

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from tests.raw import Raw, Refused
 import pytest
 
 import journal
+from tests.raw import Raw, Refused
 
 
 def _session_with_history(j: journal.Journal, sid: str) -> str:
@@ -26,7 +26,9 @@ def _rows(db_path, session_id: str) -> dict[str, int]:
         }
 
 
-def test_g3_purge_erases_the_session_and_its_derived_state_in_one_transaction(j: journal.Journal, db_path, fresh) -> None:
+def test_g3_purge_erases_the_session_and_its_derived_state_in_one_transaction(
+    j: journal.Journal, db_path, fresh
+) -> None:
     s = _session_with_history(j, "secret")
     other = _session_with_history(j, "other")
     result = j.purge(s)

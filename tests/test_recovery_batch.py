@@ -57,9 +57,14 @@ def test_g8_the_plan_from_the_open_work_is_the_plan_of_the_whole_log(tmp_path_fa
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(logs=st.lists(_logs, min_size=1, max_size=7), batch=st.integers(min_value=1, max_value=4))
-def test_g8_recovering_many_sessions_in_batches_makes_exactly_the_repairs_of_one_by_one(tmp_path_factory, logs, batch) -> None:
+def test_g8_recovering_many_sessions_in_batches_makes_exactly_the_repairs_of_one_by_one(
+    tmp_path_factory, logs, batch
+) -> None:
     folder = tmp_path_factory.mktemp("batch")
-    with journal.open(folder / "a.db", durability="normal") as a, journal.open(folder / "b.db", durability="normal") as b:
+    with (
+        journal.open(folder / "a.db", durability="normal") as a,
+        journal.open(folder / "b.db", durability="normal") as b,
+    ):
         ids = [f"s{i}" for i in range(len(logs))]
         for sid, items in zip(ids, logs):
             for j in (a, b):
@@ -204,7 +209,9 @@ with journal.open(sys.argv[1]) as j:
 
 @pytest.mark.parametrize(("point", "repaired"), [("recover.before_commit:2", 3), ("recover.after_commit:2", 6),
                                                  ("recover.before_commit:1", 0)])  # fmt: skip
-def test_g8_a_kill_inside_a_batched_recovery_leaves_each_session_repaired_or_untouched(j, db_path, point, repaired) -> None:
+def test_g8_a_kill_inside_a_batched_recovery_leaves_each_session_repaired_or_untouched(
+    j, db_path, point, repaired
+) -> None:
     ids = _crashed_sessions(j, 8)
     before = {sid: j.count(sid) for sid in ids}
     j.close()

@@ -69,14 +69,19 @@ RISK_CASES = [
     ),
     pytest.param(
         [turn_start(), step_start(), tool_use("a", "b", "c"), dispatch("a")],
-        [("result", "a", UNKNOWN), ("result", "b", NOT_STARTED), ("result", "c", NOT_STARTED),
-         ("end", 1, 1)],
+        [("result", "a", UNKNOWN), ("result", "b", NOT_STARTED), ("result", "c", NOT_STARTED), ("end", 1, 1)],
         id="rule1-and-rule2-in-one-batch",
     ),
     pytest.param(
         [
-            turn_start(), step_start(), tool_use("x"), dispatch("x"), result("x", "done"), step_end(),
-            step_start(2), tool_use("a"),
+            turn_start(),
+            step_start(),
+            tool_use("x"),
+            dispatch("x"),
+            result("x", "done"),
+            step_end(),
+            step_start(2),
+            tool_use("a"),
         ],
         [("result", "a", NOT_STARTED), ("end", 1, 2)],
         id="rule2-dispatch-in-an-earlier-step-of-the-same-turn-counts",
@@ -108,8 +113,16 @@ RISK_CASES = [
     ),
     pytest.param(
         [
-            turn_start(1), step_start(), tool_use("x"), dispatch("x"), result("x", "done"), step_end(), turn_end(1),
-            turn_start(2), step_start(), tool_use("a"),
+            turn_start(1),
+            step_start(),
+            tool_use("x"),
+            dispatch("x"),
+            result("x", "done"),
+            step_end(),
+            turn_end(1),
+            turn_start(2),
+            step_start(),
+            tool_use("a"),
         ],
         [("result", "a", UNKNOWN), ("end", 2, 1)],
         id="rule4-dispatches-of-another-turn-are-no-evidence",
@@ -155,7 +168,12 @@ SCOPE_CASES = [
     ),
     pytest.param(
         [
-            turn_start(), step_start(), tool_use("a", "b"), dispatch("a"), result("a", "done"), dispatch("b"),
+            turn_start(),
+            step_start(),
+            tool_use("a", "b"),
+            dispatch("a"),
+            result("a", "done"),
+            dispatch("b"),
             result("b", "done"),
         ],
         [("end", 1, 1)],
@@ -173,8 +191,7 @@ SCOPE_CASES = [
     ),
     pytest.param(
         [turn_start(), step_start(), tool_use("c", "a"), tool_use("b", "a"), step_end()],
-        [("result", "c", NOT_STARTED), ("result", "a", NOT_STARTED),
-         ("result", "b", NOT_STARTED), ("end", 1, 1)],
+        [("result", "c", NOT_STARTED), ("result", "a", NOT_STARTED), ("result", "b", NOT_STARTED), ("end", 1, 1)],
         id="results-in-the-order-calls-were-first-seen",
     ),
     pytest.param(
@@ -219,8 +236,16 @@ def test_turn_end_of_an_orphan_carries_its_turn_and_step_count():
 
 def test_nested_turns_count_only_their_own_steps():
     events = log(
-        turn_start(1), step_start(), step_end(), step_start(2),
-        turn_start(2), step_start(), step_end(), step_start(2), step_end(2), step_start(3),
+        turn_start(1),
+        step_start(),
+        step_end(),
+        step_start(2),
+        turn_start(2),
+        step_start(),
+        step_end(),
+        step_start(2),
+        step_end(2),
+        step_start(3),
     )
     assert summary(plan(events)) == [("end", 2, 3), ("end", 1, 2)]
 
@@ -277,7 +302,9 @@ def test_synthetic_result_leaves_out_a_name_nobody_gave():
 
 def test_synthetic_result_takes_the_name_from_a_later_sighting():
     events = log(
-        turn_start(), step_start(), ("assistant_message", {"content": "", "tool_calls": [{"id": "a"}]}),
+        turn_start(),
+        step_start(),
+        ("assistant_message", {"content": "", "tool_calls": [{"id": "a"}]}),
         ("tool_call", {"id": "a", "name": "charge_card"}),
     )
     assert plan(events)[0].data["name"] == "charge_card"
@@ -313,11 +340,19 @@ def test_text_for_an_unknown_outcome_says_verify_and_never_no_side_effects(event
 
 def test_plan_skips_what_cannot_be_a_call_id_and_keeps_the_rest():
     garbage_calls = [
-        "not a dict", None, 3, {}, {"id": None}, {"id": 12}, {"id": ""}, {"id": ["a"]},
+        "not a dict",
+        None,
+        3,
+        {},
+        {"id": None},
+        {"id": 12},
+        {"id": ""},
+        {"id": ["a"]},
         {"id": "ok", "name": 5},
     ]
     events = log(
-        turn_start(), step_start(),
+        turn_start(),
+        step_start(),
         ("assistant_message", {"content": "", "tool_calls": garbage_calls}),
         ("assistant_message", {"content": "", "tool_calls": "nope"}),
         ("assistant_message", None),
@@ -373,8 +408,7 @@ def test_plan_writes_at_most_one_result_per_call_and_never_for_an_answered_one(e
     answered = {
         e.data["tool_call_id"]
         for e in events
-        if e.type == "tool_result" and isinstance(e.data, dict)
-        and isinstance(e.data.get("tool_call_id"), str)
+        if e.type == "tool_result" and isinstance(e.data, dict) and isinstance(e.data.get("tool_call_id"), str)
     }
     ids = [r.data["tool_call_id"] for r in plan(events) if r.type == "tool_result"]
     assert len(ids) == len(set(ids))

@@ -148,7 +148,9 @@ with journal.open(path) as j:
 """
 
 
-def test_g8_two_processes_recovering_at_once_produce_one_set_of_repairs(j: journal.Journal, db_path: Path, tmp_path) -> None:
+def test_g8_two_processes_recovering_at_once_produce_one_set_of_repairs(
+    j: journal.Journal, db_path: Path, tmp_path
+) -> None:
     sessions = [_crashed_session(j) for _ in range(5)]
     before = {s: j.count(s) for s in sessions}
     go = tmp_path / "go"
@@ -203,7 +205,9 @@ with journal.open(sys.argv[1]) as j:
     j.create_session("s")
     workload.run(j, "s", Ledger(sys.argv[2]))
 """
-    done = run_child(code, str(tmp_path / "j.db"), str(tmp_path / "ledger"), env={"JOURNAL_CRASH_AT": "tool.after_run:2"})
+    done = run_child(
+        code, str(tmp_path / "j.db"), str(tmp_path / "ledger"), env={"JOURNAL_CRASH_AT": "tool.after_run:2"}
+    )
     assert done.returncode == -signal.SIGKILL
     with journal.open(tmp_path / "j.db") as j:
         (result,) = j.recover()

@@ -159,7 +159,9 @@ def test_schema_state_checks_match_the_call_and_submission_vocabularies() -> Non
 
 
 @pytest.mark.parametrize("before", [0, 1], ids=["first-append", "lone-insert"])
-def test_a_writer_kept_out_past_the_busy_timeout_gets_journal_busy_and_writes_nothing(db_path: Path, before: int) -> None:
+def test_a_writer_kept_out_past_the_busy_timeout_gets_journal_busy_and_writes_nothing(
+    db_path: Path, before: int
+) -> None:
     # After one append the next is a lone INSERT committed on its own (Store.write_one): it
     # must wait and give up exactly as a BEGIN IMMEDIATE transaction does.
     with journal.open(db_path, busy_timeout_ms=100) as j:

@@ -115,7 +115,9 @@ def _crash_in_tool_request(j: journal.Journal, *, owner: str = GONE, lease_ms: i
     j.submit(s, "user_message", {"content": "pay"}, **submit)
     claim = j.claim(owner=owner, lease_ms=lease_ms)
     claim.turn.step_start()
-    claim.turn.assistant("", tool_calls=[{"id": "a", "name": "t", "arguments": {}}, {"id": "b", "name": "t", "arguments": {}}])
+    claim.turn.assistant(
+        "", tool_calls=[{"id": "a", "name": "t", "arguments": {}}, {"id": "b", "name": "t", "arguments": {}}]
+    )
     claim.turn.dispatch("a")
     return claim.submission.id
 
@@ -213,7 +215,9 @@ with journal.open(path) as j:
 """
 
 
-def test_two_reconciler_processes_make_one_repair_and_one_new_attempt(j: journal.Journal, db_path: Path, tmp_path: Path) -> None:
+def test_two_reconciler_processes_make_one_repair_and_one_new_attempt(
+    j: journal.Journal, db_path: Path, tmp_path: Path
+) -> None:
     sub_id = _crash_in_tool_request(j)
     s = j.submission(sub_id).session_id
     before = j.count(s)
@@ -266,7 +270,9 @@ def test_a_bot_killed_in_each_phase_is_reconciled_at_once_and_resumed_to_complet
         assert all(s.state is SubmissionState.COMPLETED for s in j.submissions())
         for session in j.sessions():
             events = j.events(session.id)
-            requested = [c["id"] for e in events if e.type == "assistant_message" for c in e.data.get("tool_calls") or ()]
+            requested = [
+                c["id"] for e in events if e.type == "assistant_message" for c in e.data.get("tool_calls") or ()
+            ]
             answered = [e.data["tool_call_id"] for e in events if e.type == "tool_result"]
             assert sorted(requested) == sorted(answered) and len(set(answered)) == len(answered)
         assert j.scan().clean and j.check() == []

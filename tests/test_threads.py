@@ -19,7 +19,7 @@ def _hammer(append, errors: list[BaseException], worker: int, n: int) -> None:
     try:
         for i in range(n):
             append(worker, i)
-    except BaseException as exc:  # noqa: BLE001 - reported by the test
+    except BaseException as exc:
         errors.append(exc)
 
 
@@ -55,7 +55,10 @@ def test_a_refused_append_in_a_shared_commit_fails_alone(db_path: Path) -> None:
     with journal.open(db_path) as j:
         j.create_session("s")
         errors: list[BaseException] = []
-        good = [threading.Thread(target=_hammer, args=(lambda w, i: j.append("s", "x.e", {"w": w, "i": i}), errors, w, 50)) for w in range(4)]
+        good = [
+            threading.Thread(target=_hammer, args=(lambda w, i: j.append("s", "x.e", {"w": w, "i": i}), errors, w, 50))
+            for w in range(4)
+        ]
         bad_errors: list[BaseException] = []
         bad = threading.Thread(target=_hammer, args=(lambda w, i: j.append("missing", "x.e", {}), bad_errors, 9, 50))
         for t in [*good, bad]:
@@ -78,7 +81,9 @@ def test_g2_appends_refused_inside_a_shared_commit_undo_only_themselves(db_path:
         threads = [
             threading.Thread(target=_hammer, args=(lambda w, i: a.append("s", "x.e", {"w": w, "i": i}), errors, w, 60))
             for w in range(6)
-        ] + [threading.Thread(target=_hammer, args=(lambda w, i: b.append("s", "x.e", {"w": w, "i": i}), errors, 9, 60))]
+        ] + [
+            threading.Thread(target=_hammer, args=(lambda w, i: b.append("s", "x.e", {"w": w, "i": i}), errors, 9, 60))
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -119,7 +124,7 @@ def _queue_behind_a_held_lock(j, works):
     def run(i, work):
         try:
             outcomes[i] = j._appends.run(work)  # private: the test drives the group directly
-        except BaseException as exc:  # noqa: BLE001 - the outcome under test
+        except BaseException as exc:
             outcomes[i] = exc
 
     threads = [threading.Thread(target=run, args=(i, w)) for i, w in enumerate(works)]
@@ -178,9 +183,14 @@ def test_g2_a_lone_surrogate_among_concurrent_appends_is_refused_alone(db_path: 
     with journal.open(db_path) as j:
         j.create_session("s")
         errors: list[BaseException] = []
-        good = [threading.Thread(target=_hammer, args=(lambda w, i: j.append("s", "x.e", {"w": w, "i": i}), errors, w, 40)) for w in range(4)]
+        good = [
+            threading.Thread(target=_hammer, args=(lambda w, i: j.append("s", "x.e", {"w": w, "i": i}), errors, w, 40))
+            for w in range(4)
+        ]
         bad_errors: list[BaseException] = []
-        bad = threading.Thread(target=_hammer, args=(lambda w, i: j.append("s", "x.e", {"t": "\ud800"}), bad_errors, 9, 1))
+        bad = threading.Thread(
+            target=_hammer, args=(lambda w, i: j.append("s", "x.e", {"t": "\ud800"}), bad_errors, 9, 1)
+        )
         for t in [*good, bad]:
             t.start()
         for t in [*good, bad]:

@@ -115,7 +115,9 @@ def test_the_plan_is_drawn_from_the_seed_and_visits_every_point_first(full_profi
     points = full_profile.points
     opening = [t.point.rpartition(":")[0] for t in first if t.kind == "kill_at_point"][: len(points)]
     assert sorted(opening) == sorted(points)
-    assert all(t.point in {f"{p}:{n}" for p, n in full_profile.open_turn} for t in first if t.kind == "kill_in_recovery")
+    assert all(
+        t.point in {f"{p}:{n}" for p, n in full_profile.open_turn} for t in first if t.kind == "kill_in_recovery"
+    )
     assert {t.recovery_point for t in first if t.kind == "kill_in_recovery"} == set(torture.RECOVERY_POINTS)
 
 

@@ -7,7 +7,10 @@ import pytest
 import journal
 from journal import Phase
 
-CALLS = [{"id": "c1", "name": "ls", "arguments": {"path": "/"}}, {"id": "c2", "name": "rm", "arguments": {"path": "/tmp/x"}}]
+CALLS = [
+    {"id": "c1", "name": "ls", "arguments": {"path": "/"}},
+    {"id": "c2", "name": "rm", "arguments": {"path": "/tmp/x"}},
+]
 
 
 def _phase(j: journal.Journal, session_id: str) -> Phase | None:

@@ -58,24 +58,41 @@ FOLD_CASES = [
     ),
     pytest.param(
         [
-            system("sys"), user("u1"), assistant("a1"), user("u2"), assistant("a2"),
-            replace(1, 2, "S1"), replace(2, 3, "S2"), user("u3"),
+            system("sys"),
+            user("u1"),
+            assistant("a1"),
+            user("u2"),
+            assistant("a2"),
+            replace(1, 2, "S1"),
+            replace(2, 3, "S2"),
+            user("u3"),
         ],
         ["sys", "S1", "S2", "u3"],
         id="two_summaries_over_adjacent_ranges",
     ),
     pytest.param(
         [
-            system("sys"), user("u1"), assistant("a1-long"), user("u2"),
-            replace(2, 2, "a1-pruned", type_="assistant_message"), replace(1, 2, "S"),
+            system("sys"),
+            user("u1"),
+            assistant("a1-long"),
+            user("u2"),
+            replace(2, 2, "a1-pruned", type_="assistant_message"),
+            replace(1, 2, "S"),
         ],
         ["sys", "S", "u2"],
         id="in_place_prune_then_summary_covering_it_folds_by_position_not_seq",
     ),
     pytest.param(
         [
-            system("sys"), user("u1"), assistant("a1"), user("u2"), assistant("a2"),
-            replace(1, 2, "S1"), user("u3"), replace(1, 3, "S2"), assistant("a3"),
+            system("sys"),
+            user("u1"),
+            assistant("a1"),
+            user("u2"),
+            assistant("a2"),
+            replace(1, 2, "S1"),
+            user("u3"),
+            replace(1, 3, "S2"),
+            assistant("a3"),
         ],
         ["sys", "S2", "u3", "a3"],
         id="second_summary_over_a_wider_range_hides_the_first",
@@ -87,10 +104,15 @@ FOLD_CASES = [
     ),
     pytest.param(
         [
-            turn_start(), user("u1"), step_start(),
-            dispatch("c1", "t"), raw("x.note", text="app"),
-            raw("tool_result_late", tool_call_id="c1", content="late"), assistant("a1"),
-            step_end(), turn_end(reason=None),
+            turn_start(),
+            user("u1"),
+            step_start(),
+            dispatch("c1", "t"),
+            raw("x.note", text="app"),
+            raw("tool_result_late", tool_call_id="c1", content="late"),
+            assistant("a1"),
+            step_end(),
+            turn_end(reason=None),
         ],
         ["u1", "a1"],
         id="bookkeeping_and_app_events_are_not_projected",
@@ -132,9 +154,7 @@ FIELD_CASES = [
     pytest.param(assistant("a", reasoning="because"), "reasoning", "because", id="reasoning_survives"),
     pytest.param(user("hi", name="alice"), "name", "alice", id="user_name_survives"),
     pytest.param(system("be brief", name="policy"), "name", "policy", id="system_name_survives"),
-    pytest.param(
-        result("c1", "out", name="search"), "name", "search", id="tool_result_name_survives"
-    ),
+    pytest.param(result("c1", "out", name="search"), "name", "search", id="tool_result_name_survives"),
     pytest.param(
         result("c1", "x", metadata=synthetic_metadata("tool_outcome_unknown")),
         "risk",
@@ -181,7 +201,10 @@ def test_summary_that_is_itself_a_replace_keeps_its_own_fields():
     )
     (summary,) = fold(events)
     assert (summary.role, summary.content, summary.reasoning, summary.seq) == (
-        "assistant", "S", "r", 2,
+        "assistant",
+        "S",
+        "r",
+        2,
     )
 
 
@@ -226,7 +249,7 @@ def test_surface_events_after_the_last_replace_all_survive(events):
     last = max(replaces, default=-1)
     after = [e.seq for e in events if e.is_surface and e.seq > last]
     surviving = [m.seq for m in fold(events)]
-    assert surviving[len(surviving) - len(after):] == after
+    assert surviving[len(surviving) - len(after) :] == after
 
 
 # --- the provider view ----------------------------------------------------------------------
@@ -247,7 +270,11 @@ def test_results_are_reordered_into_call_order_right_after_their_assistant():
     )
     view = provider_view(events)
     assert _shape(view.messages) == [
-        ("user", "u1"), ("assistant", ""), ("tool", "c1"), ("tool", "c2"), ("tool", "c3"),
+        ("user", "u1"),
+        ("assistant", ""),
+        ("tool", "c1"),
+        ("tool", "c2"),
+        ("tool", "c3"),
         ("user", "interjection"),
     ]
     assert view.missing == ()
@@ -287,9 +314,7 @@ def test_duplicate_results_for_a_call_keep_the_first_only():
 
 
 def test_reused_call_ids_attach_to_the_nearest_assistant_before_the_result():
-    events = log(
-        assistant("", "c1"), result("c1", "one"), user("again"), assistant("", "c1"), result("c1", "two")
-    )
+    events = log(assistant("", "c1"), result("c1", "one"), user("again"), assistant("", "c1"), result("c1", "two"))
     assert [m.content for m in provider_view(events).messages] == ["", "one", "again", "", "two"]
 
 
@@ -309,8 +334,7 @@ def test_pruned_tool_result_stays_attached_to_its_assistant():
         user("u1"),
         assistant("", "c1"),
         result("c1", "a very long output"),
-        ("tool_result", {"tool_call_id": "c1", "content": "[pruned]",
-                         "surface_op": ["replace", 2, 2]}),
+        ("tool_result", {"tool_call_id": "c1", "content": "[pruned]", "surface_op": ["replace", 2, 2]}),
     )
     assert [m.content for m in provider_view(events).messages] == ["u1", "", "[pruned]"]
 
@@ -318,19 +342,26 @@ def test_pruned_tool_result_stays_attached_to_its_assistant():
 RECOVERED_SESSIONS = [
     pytest.param(
         [
-            turn_start(), user("do three things"), assistant("", "c1", "c2", "c3"),
-            dispatch("c1"), result("c1", "done"),
+            turn_start(),
+            user("do three things"),
+            assistant("", "c1", "c2", "c3"),
+            dispatch("c1"),
+            result("c1", "done"),
             result("c2", "did not run", metadata=synthetic_metadata("tool_not_started")),
             result("c3", "MAY have run", metadata=synthetic_metadata("tool_outcome_unknown")),
             assistant("half a sent", stop_reason="aborted"),
-            raw("stream_interrupted"), turn_end(reason="interrupted"),
+            raw("stream_interrupted"),
+            turn_end(reason="interrupted"),
         ],
         id="synthetic_results_before_the_aborted_assistant",
     ),
     pytest.param(
         [
-            turn_start(), user("do three things"), assistant("", "c1", "c2", "c3"),
-            result("c1", "done"), assistant("half a sent", "c9", stop_reason="aborted"),
+            turn_start(),
+            user("do three things"),
+            assistant("", "c1", "c2", "c3"),
+            result("c1", "done"),
+            assistant("half a sent", "c9", stop_reason="aborted"),
             result("c3", "MAY have run", metadata=synthetic_metadata("tool_outcome_unknown")),
             result("c2", "did not run", metadata=synthetic_metadata("tool_not_started")),
             turn_end(reason="interrupted"),
@@ -390,8 +421,10 @@ def test_to_openai_gives_the_chat_completions_shape():
         assistant(None, "c1"),
         result("c1", "out"),
         result("c2", {"rows": 3}),
-        ("assistant_message", {"content": "", "tool_calls": [
-            {"id": "c2", "name": "raw", "arguments": '{"already": "json"}'}]}),
+        (
+            "assistant_message",
+            {"content": "", "tool_calls": [{"id": "c2", "name": "raw", "arguments": '{"already": "json"}'}]},
+        ),
         assistant("done", stop_reason="stop"),
     )
     assert to_openai(fold(events)) == [
@@ -400,16 +433,18 @@ def test_to_openai_gives_the_chat_completions_shape():
         {
             "role": "assistant",
             "content": None,
-            "tool_calls": [{"id": "c1", "type": "function",
-                            "function": {"name": "tool_c1", "arguments": '{"n": "c1"}'}}],
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "tool_c1", "arguments": '{"n": "c1"}'}}
+            ],
         },
         {"role": "tool", "tool_call_id": "c1", "content": "out"},
         {"role": "tool", "tool_call_id": "c2", "content": '{"rows": 3}'},
         {
             "role": "assistant",
             "content": "",
-            "tool_calls": [{"id": "c2", "type": "function",
-                            "function": {"name": "raw", "arguments": '{"already": "json"}'}}],
+            "tool_calls": [
+                {"id": "c2", "type": "function", "function": {"name": "raw", "arguments": '{"already": "json"}'}}
+            ],
         },
         {"role": "assistant", "content": "done"},
     ]
@@ -417,8 +452,9 @@ def test_to_openai_gives_the_chat_completions_shape():
 
 def test_to_openai_arguments_are_a_json_string_that_round_trips():
     arguments = {"path": "/tmp/ü", "flags": [1, 2], "deep": {"x": None}}
-    events = log(("assistant_message", {"content": "", "tool_calls": [
-        {"id": "c1", "name": "t", "arguments": arguments}]}))
+    events = log(
+        ("assistant_message", {"content": "", "tool_calls": [{"id": "c1", "name": "t", "arguments": arguments}]})
+    )
     (message,) = to_openai(fold(events))
     assert json.loads(message["tool_calls"][0]["function"]["arguments"]) == arguments
 
@@ -457,8 +493,7 @@ def test_to_anthropic_gives_the_messages_shape():
                 "role": "user",
                 "content": [
                     {"type": "tool_result", "tool_use_id": "c1", "content": "out"},
-                    {"type": "tool_result", "tool_use_id": "c2", "content": "boom",
-                     "is_error": True},
+                    {"type": "tool_result", "tool_use_id": "c2", "content": "boom", "is_error": True},
                     {"type": "text", "text": "thanks"},
                 ],
             },
@@ -471,11 +506,16 @@ def test_to_anthropic_without_system_messages_has_none_and_merges_same_role_mess
     converted = to_anthropic(fold(log(user("a"), user(["b", {"type": "image", "source": {}}]))))
     assert converted == {
         "system": None,
-        "messages": [{"role": "user", "content": [
-            {"type": "text", "text": "a"},
-            {"type": "text", "text": "b"},
-            {"type": "image", "source": {}},
-        ]}],
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "a"},
+                    {"type": "text", "text": "b"},
+                    {"type": "image", "source": {}},
+                ],
+            }
+        ],
     }
 
 
@@ -489,8 +529,9 @@ def test_to_anthropic_without_system_messages_has_none_and_merges_same_role_mess
     ],
 )
 def test_to_anthropic_tool_use_input(arguments, expected):
-    events = log(("assistant_message", {"content": "", "tool_calls": [
-        {"id": "c1", "name": "t", "arguments": arguments}]}))
+    events = log(
+        ("assistant_message", {"content": "", "tool_calls": [{"id": "c1", "name": "t", "arguments": arguments}]})
+    )
     (message,) = to_anthropic(fold(events))["messages"]
     assert message["content"] == [{"type": "tool_use", "id": "c1", "name": "t", "input": expected}]
 
@@ -500,16 +541,16 @@ def test_to_anthropic_tool_use_input(arguments, expected):
     [
         pytest.param("text", "text", id="string"),
         pytest.param({"rows": 3}, '{"rows": 3}', id="object_becomes_json_text"),
-        pytest.param(["a", {"type": "image", "source": {}}],
-                     [{"type": "text", "text": "a"}, {"type": "image", "source": {}}],
-                     id="list_becomes_blocks"),
+        pytest.param(
+            ["a", {"type": "image", "source": {}}],
+            [{"type": "text", "text": "a"}, {"type": "image", "source": {}}],
+            id="list_becomes_blocks",
+        ),
     ],
 )
 def test_to_anthropic_tool_result_content(content, expected):
     messages = to_anthropic(fold(log(assistant("", "c1"), result("c1", content))))["messages"]
-    assert messages[1]["content"] == [
-        {"type": "tool_result", "tool_use_id": "c1", "content": expected}
-    ]
+    assert messages[1]["content"] == [{"type": "tool_result", "tool_use_id": "c1", "content": expected}]
 
 
 def test_recovered_session_converts_to_both_shapes_with_one_result_per_call():

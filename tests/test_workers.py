@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 import journal
 from tests.conftest import python_child
 

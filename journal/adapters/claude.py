@@ -513,13 +513,13 @@ class JournalSessionStore(SessionStore):
         if self._owned:
             self._journal.close()
 
-    def __enter__(self) -> JournalSessionStore:  # noqa: PYI034
+    def __enter__(self) -> JournalSessionStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    async def __aenter__(self) -> JournalSessionStore:  # noqa: PYI034
+    async def __aenter__(self) -> JournalSessionStore:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -751,7 +751,7 @@ def _output(context: Any, tool: Any, result: object) -> Any:
             output_type_adapter=getattr(tool, "_output_type_adapter", None),
         )
         return item["output"]
-    except Exception:  # noqa: BLE001 - the runner reports its own conversion error; keep the text
+    except Exception:
         return str(result)
 
 

@@ -133,7 +133,10 @@ def run_demo(db: str | None) -> None:
     with journal.open(db) as j:
         events = j.events(session_id)
         turns = [e for e in events if e.type == "turn_end"]
-        echo(f"{len(events)} events, {len(turns)} turns: " + ", ".join(f"turn {e.data.get('turn')} {e.data['reason']}" for e in turns))
+        echo(
+            f"{len(events)} events, {len(turns)} turns: "
+            + ", ".join(f"turn {e.data.get('turn')} {e.data['reason']}" for e in turns)
+        )
         problems = j.check(session_id)
         integrity = j.integrity_check()
         echo(f"journal check: integrity {integrity[0]}, derived state {'agrees' if not problems else problems}")

@@ -43,7 +43,11 @@ def recover(db: str, session: str | None, dry_run: bool, force: bool, as_json: b
     """Close what a crash left open, by appending (close policy)."""
     with open_journal(db, readonly=dry_run) as j:
         done: list[RecoveryPlan] | list[RecoveryResult]
-        done = j.plan_recovery(session, force=force) if dry_run else j.recover(session, force=force, on_progress=_Progress())
+        done = (
+            j.plan_recovery(session, force=force)
+            if dry_run
+            else j.recover(session, force=force, on_progress=_Progress())
+        )
     sessions = [d.to_dict() for d in done]
     lines = [line for d in done for line in _recovery_lines(d)] or ["nothing to recover"]
     output({"dry_run": dry_run, "sessions": sessions}, sessions, lines, as_json=as_json, as_nl=as_nl)

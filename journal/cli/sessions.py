@@ -46,8 +46,13 @@ PAGE = 1000
 
 @main.command()
 @db_option
-@click.option("--meta", "metas", multiple=True, metavar="KEY=VALUE",
-              help="Only sessions whose meta has KEY equal to VALUE (a JSON scalar, else the text). Repeatable.")
+@click.option(
+    "--meta",
+    "metas",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Only sessions whose meta has KEY equal to VALUE (a JSON scalar, else the text). Repeatable.",
+)
 @click.option("--prefix", default=None, help="Only sessions whose id starts with this.")
 @output_options
 def sessions(db: str, metas: tuple[str, ...], prefix: str | None, as_json: bool, as_nl: bool) -> None:
@@ -85,7 +90,9 @@ def _pages(j: Journal, meta: dict[str, Any] | None = None, prefix: str | None = 
     """Every session (of the filter), oldest first, a page (one query) at a time."""
     after: Session | None = None
     while True:
-        page = j.sessions(limit=PAGE, after=after, meta=meta, prefix=prefix)  # after a Session: even one purged meanwhile
+        page = j.sessions(
+            limit=PAGE, after=after, meta=meta, prefix=prefix
+        )  # after a Session: even one purged meanwhile
         if page:
             yield page
         if len(page) < PAGE:

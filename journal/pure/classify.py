@@ -50,9 +50,7 @@ _ASSISTANT = EventType.ASSISTANT_MESSAGE.value
 _TOOL_RESULT = EventType.TOOL_RESULT.value
 _STREAM_INTERRUPTED = EventType.STREAM_INTERRUPTED.value
 _STREAM_CONTINUED = EventType.STREAM_CONTINUED.value
-_SIGNALS = frozenset(
-    {_STREAM_INTERRUPTED, _STREAM_CONTINUED, EventType.SUBMISSION_INTERRUPTED.value}
-)
+_SIGNALS = frozenset({_STREAM_INTERRUPTED, _STREAM_CONTINUED, EventType.SUBMISSION_INTERRUPTED.value})
 _SIGNIFICANT = SURFACE_TYPES | _SIGNALS
 
 # Whole numbers only: "HTTP 503" is retryable, "215000 tokens" or "15029" is not. A digit, or a
@@ -213,9 +211,7 @@ class Resume(_State):
     consecutive_retryable_errors: int
 
 
-ClassifiedState = Union[
-    Absent, AdvancedPastInput, Completed, ToolUseUnresolved, TerminalError, Pending, Resume
-]
+ClassifiedState = Union[Absent, AdvancedPastInput, Completed, ToolUseUnresolved, TerminalError, Pending, Resume]
 
 
 @attrs.frozen
@@ -413,9 +409,7 @@ def find_trailing_partial_tool_batch(
 # --- the classifier -----------------------------------------------------------------------
 
 
-def classify_submission_state(
-    following: Iterable[Event] | None, *, context_window: int
-) -> ClassifiedState:
+def classify_submission_state(following: Iterable[Event] | None, *, context_window: int) -> ClassifiedState:
     """Name the situation of an interrupted submission from the events after its input.
 
     The ten rules of DESIGN §7(3), in order, first match wins (``A`` is the last assistant

@@ -217,7 +217,9 @@ def synthetic_result(call_id: str, name: str | None, risk: Risk, *, source: str 
     return Repair(EventType.TOOL_RESULT.value, synthetic_result_data(call_id, name, risk, source=source, **extra))
 
 
-def synthetic_result_data(call_id: str, name: str | None, risk: Risk, *, source: str = _SOURCE, **extra: Any) -> dict[str, Any]:
+def synthetic_result_data(
+    call_id: str, name: str | None, risk: Risk, *, source: str = _SOURCE, **extra: Any
+) -> dict[str, Any]:
     """The data of ``synthetic_result``: what a writer that builds events itself appends."""
     data: dict[str, Any] = {"tool_call_id": call_id}
     if name is not None:

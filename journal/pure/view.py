@@ -297,9 +297,7 @@ def to_openai(messages: Sequence[Message]) -> list[dict[str, Any]]:
             continue
         item: dict[str, Any] = {
             "role": message.role,
-            "content": _openai_content(
-                message.content, empty=None if message.role == "assistant" else ""
-            ),
+            "content": _openai_content(message.content, empty=None if message.role == "assistant" else ""),
         }
         if message.name is not None:
             item["name"] = message.name

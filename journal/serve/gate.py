@@ -100,7 +100,7 @@ class Gate:
                 self.in_flight -= 1
         except OSError:
             note = "client went away"
-        except Exception as exc:  # noqa: BLE001 - every failure is a status and a log line, never a dead task
+        except Exception as exc:
             note = await self._fail(scope, guarded_send, exc, started=state["status"] is not None)
         if state["status"] is not None and not state["done"] and not note:
             note = "client went away"

@@ -35,7 +35,7 @@ def outcome_after_failed_commit(store: Store, present: Callable[[Database], bool
             with store.read() as db:
                 if present(db):
                     return WriteOutcome.PRESENT
-        except Exception:  # noqa: BLE001 - the disk or the server is failing: unknown
+        except Exception:
             pass
     return WriteOutcome.UNKNOWN
 

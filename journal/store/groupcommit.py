@@ -194,7 +194,7 @@ class GroupCommit:
                         # refused when bound): the others commit without it.
                         item.error = exc
                 committing = True
-        except BaseException as exc:  # noqa: BLE001 - the whole transaction failed: every append in it did
+        except BaseException as exc:
             failed = [item for item in batch if item.error is None]
             for item in failed:
                 error = _own_error(exc, self._operation, committing=committing, alone=len(failed) == 1)

@@ -244,7 +244,9 @@ SELECT e.seq, e.type, e.time_ms, octet_length(e.data),
    FROM (SELECT key, value, json_typeof(value) AS kind, n FROM json_each(e.data::json) WITH ORDINALITY AS d (key, value, n)
          ORDER BY n LIMIT ?5 + 1) AS f)
 """
-PREVIEWS_SQL = _PREVIEW_COLUMNS + "FROM events AS e WHERE e.session_id = ?1 AND e.seq >= ?2 AND e.seq < ?3 ORDER BY e.seq"
+PREVIEWS_SQL = (
+    _PREVIEW_COLUMNS + "FROM events AS e WHERE e.session_id = ?1 AND e.seq >= ?2 AND e.seq < ?3 ORDER BY e.seq"
+)
 # The same cut read of the events at the seqs ?6 (a JSON array) of ?2 <= seq < ?3 (the SQLite
 # store's PREVIEWS_AT_SQL): driven from the list, one index seek a seq.
 PREVIEWS_AT_SQL = _PREVIEW_COLUMNS + (

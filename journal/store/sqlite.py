@@ -125,7 +125,9 @@ def _migrate_5(db: SqliteDatabase) -> None:
     version = db.value("PRAGMA schema_version")
     db.execute("PRAGMA writable_schema = ON")
     try:
-        db.execute("UPDATE sqlite_schema SET sql = ? WHERE type = 'table' AND name = 'events'", (sql.replace(old, new),))
+        db.execute(
+            "UPDATE sqlite_schema SET sql = ? WHERE type = 'table' AND name = 'events'", (sql.replace(old, new),)
+        )
         db.execute(f"PRAGMA schema_version = {version + 1}")
     finally:
         db.execute("PRAGMA writable_schema = OFF")
@@ -247,7 +249,9 @@ SELECT e.seq, e.type, e.time_ms, octet_length(e.data),
                 CASE WHEN key = 'tool_calls' AND type = 'array' THEN value END AS calls
          FROM json_each(e.data) LIMIT ?5 + 1) AS f)
 """
-PREVIEWS_SQL = _PREVIEW_COLUMNS + "FROM events AS e WHERE e.session_id = ?1 AND e.seq >= ?2 AND e.seq < ?3 ORDER BY e.seq"
+PREVIEWS_SQL = (
+    _PREVIEW_COLUMNS + "FROM events AS e WHERE e.session_id = ?1 AND e.seq >= ?2 AND e.seq < ?3 ORDER BY e.seq"
+)
 # The same cut read of the events at the seqs ?6 (a JSON array) of ?2 <= seq < ?3: the messages a
 # viewer's page shows (journal.transcript's cut tail). Driven from the list: one seek a seq.
 PREVIEWS_AT_SQL = _PREVIEW_COLUMNS + (

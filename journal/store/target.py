@@ -23,7 +23,7 @@ _KEYWORDS = frozenset(
     sslnegotiation sslkeylogfile requirepeer ssl_min_protocol_version ssl_max_protocol_version
     min_protocol_version max_protocol_version krbsrvname gsslib gssdelegation service
     target_session_attrs load_balance_hosts scram_client_key scram_server_key oauth_issuer
-    oauth_client_id oauth_client_secret oauth_scope""".split()  # noqa: SIM905 - one list to read against libpq's docs
+    oauth_client_id oauth_client_secret oauth_scope""".split()
 )
 # The keywords (and URL parameters) whose values are secrets.
 SECRET_KEYWORDS = frozenset({"password", "sslpassword", "oauth_client_secret", "scram_client_key", "scram_server_key"})

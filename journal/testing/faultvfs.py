@@ -182,21 +182,12 @@ class FaultVFS(apsw.VFS):
     def count(self, kind: OpKind, *, suffix: str | None = None) -> int:
         """Operations of one kind since construction or `reset()`, optionally for matching files."""
         with self._lock:
-            return sum(
-                1
-                for op, path in self._log
-                if op == kind and (suffix is None or path.endswith(suffix))
-            )
+            return sum(1 for op, path in self._log if op == kind and (suffix is None or path.endswith(suffix)))
 
     def unsynced_bytes(self) -> int:
         """Bytes written but not yet synced, over all tracked files (what power loss would drop)."""
         with self._lock:
-            return sum(
-                len(op.data)
-                for state in self._files.values()
-                for op in state.pending
-                if isinstance(op, _Write)
-            )
+            return sum(len(op.data) for state in self._files.values() for op in state.pending if isinstance(op, _Write))
 
     # -- arming faults -----------------------------------------------------------------------
 
@@ -225,9 +216,7 @@ class FaultVFS(apsw.VFS):
         `heal()`. Arming replaces any sync fault already armed.
         """
         with self._lock:
-            self._sync_fault = _Fault(
-                _positive(n), persistent, apsw.SQLITE_IOERR_FSYNC, suffix=suffix
-            )
+            self._sync_fault = _Fault(_positive(n), persistent, apsw.SQLITE_IOERR_FSYNC, suffix=suffix)
 
     def disk_full(self, *, after_bytes: int) -> None:
         """Let files grow by `after_bytes` more in total, then fail growing writes with SQLITE_FULL.
@@ -257,8 +246,13 @@ class FaultVFS(apsw.VFS):
         """
         with self._lock:
             self._write_fault = _Fault(
-                _positive(n), True, apsw.SQLITE_IOERR_WRITE,
-                suffix=suffix, then="power_loss", torn=torn, seed=seed,
+                _positive(n),
+                True,
+                apsw.SQLITE_IOERR_WRITE,
+                suffix=suffix,
+                then="power_loss",
+                torn=torn,
+                seed=seed,
             )
 
     def power_loss_at_sync(
@@ -271,8 +265,13 @@ class FaultVFS(apsw.VFS):
         """
         with self._lock:
             self._sync_fault = _Fault(
-                _positive(n), True, apsw.SQLITE_IOERR_FSYNC,
-                suffix=suffix, then="power_loss", torn=torn, seed=seed,
+                _positive(n),
+                True,
+                apsw.SQLITE_IOERR_FSYNC,
+                suffix=suffix,
+                then="power_loss",
+                torn=torn,
+                seed=seed,
             )
 
     def crash_at_write(self, n: int, *, suffix: str | None = None) -> None:
@@ -282,9 +281,7 @@ class FaultVFS(apsw.VFS):
         been called at that instant.
         """
         with self._lock:
-            self._write_fault = _Fault(
-                _positive(n), True, apsw.SQLITE_IOERR_WRITE, suffix=suffix, then="crash"
-            )
+            self._write_fault = _Fault(_positive(n), True, apsw.SQLITE_IOERR_WRITE, suffix=suffix, then="crash")
 
     def crash_at_sync(self, n: int, *, suffix: str | None = None) -> None:
         """Kill the process, as far as the disk can tell, just before the n-th sync from now.
@@ -292,9 +289,7 @@ class FaultVFS(apsw.VFS):
         That sync raises SQLITE_IOERR_FSYNC; from then on it is as if `crash()` had been called.
         """
         with self._lock:
-            self._sync_fault = _Fault(
-                _positive(n), True, apsw.SQLITE_IOERR_FSYNC, suffix=suffix, then="crash"
-            )
+            self._sync_fault = _Fault(_positive(n), True, apsw.SQLITE_IOERR_FSYNC, suffix=suffix, then="crash")
 
     # -- power loss --------------------------------------------------------------------------
 

@@ -274,10 +274,16 @@ class Verdict:
 
     @property
     def allowed(self) -> list[str]:
-        out = [f"{self.tail_lost} committed event(s) lost to a power cut under normal durability"] if self.tail_lost else []
+        out = (
+            [f"{self.tail_lost} committed event(s) lost to a power cut under normal durability"]
+            if self.tail_lost
+            else []
+        )
         out += [f"side effect repeated after a power cut under normal durability: {c}" for c in self.allowed_repeated]
         out += [f"side effect whose dispatch a power cut took: {c}" for c in self.allowed_unrecorded]
-        out += [f"side effect recovery said did not run, its dispatch lost to a power cut: {c}" for c in self.allowed_denied]
+        out += [
+            f"side effect recovery said did not run, its dispatch lost to a power cut: {c}" for c in self.allowed_denied
+        ]
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -340,7 +346,7 @@ def judge(
                 j.create_session(session_id)
             run(j, session_id, ledger)
             resumed = True
-        except Exception:  # noqa: BLE001 - any failure of the resumed run is a finding to report
+        except Exception:
             resumed = False
             resume_error = _last_line(traceback.format_exc())
         problems["integrity"] += [m for m in j.integrity_check() if m != "ok"]
@@ -481,13 +487,17 @@ class Harness:
         """
         if n < 1:
             raise ValueError("n counts from 1")
-        return self._trial(f"{point}:{n}", None, f"crash point {point}:{n}", recovery_kill_at=recovery_kill_at, **options)
+        return self._trial(
+            f"{point}:{n}", None, f"crash point {point}:{n}", recovery_kill_at=recovery_kill_at, **options
+        )
 
     def kill_after(self, seconds: float, *, recovery_kill_at: str | None = None, **options: Any) -> Verdict:
         """Kill the workload (SIGKILL) ``seconds`` after it starts (after its journal is open)."""
         if seconds < 0:
             raise ValueError("seconds must be >= 0")
-        return self._trial(None, seconds, f"SIGKILL after {seconds:.4f} s", recovery_kill_at=recovery_kill_at, **options)
+        return self._trial(
+            None, seconds, f"SIGKILL after {seconds:.4f} s", recovery_kill_at=recovery_kill_at, **options
+        )
 
     def points(self, **options: Any) -> list[str]:
         """The crash points a clean run of the workload reaches, in first-reached order."""
@@ -609,7 +619,9 @@ def run_child(
     env.pop("JOURNAL_CRASH_AT", None)
     # What this process can import (a test's workload module), the child can import too.
     paths = [os.path.abspath(p or os.curdir) for p in sys.path if os.path.isdir(p or os.curdir)]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([*paths, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]))
+    env["PYTHONPATH"] = os.pathsep.join(
+        dict.fromkeys([*paths, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
+    )
     if crash_at is not None:
         env["JOURNAL_CRASH_AT"] = crash_at
     code = "import sys; from journal.testing.harness import _child_main; sys.exit(_child_main(sys.argv[1]))"

@@ -265,7 +265,7 @@ def _agent_child(argument: str) -> int:
     exits with status 3."""
     try:
         return _child_main(argument)
-    except Exception as exc:  # noqa: BLE001 - what the agent died of is the parent's to judge
+    except Exception as exc:
         print(json.dumps(_died_of(exc)), flush=True)
         return _DIED_OF_AN_ERROR
 

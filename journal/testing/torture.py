@@ -68,7 +68,15 @@ FORK_TURN: dict[str, Any] = {
         "Sent you the list.",
     ],
 }
-KINDS = ("kill_at_point", "kill_at_random", "kill_in_recovery", "power_loss", "torn_power_loss", "io_error", "disk_full")
+KINDS = (
+    "kill_at_point",
+    "kill_at_random",
+    "kill_in_recovery",
+    "power_loss",
+    "torn_power_loss",
+    "io_error",
+    "disk_full",
+)
 KILL_KINDS = frozenset(KINDS[:3])
 POWER_KINDS = frozenset(("power_loss", "torn_power_loss"))
 WEIGHTS = {
@@ -90,8 +98,19 @@ RECOVERY_POINTS = ("recover.before_commit", "recover.after_commit")
 CHECKPOINT_CHOICES = (None, 8, 64)
 # Operations whose commit appends at least one event: a wrong outcome shows in the event count.
 _EVENT_WRITERS = frozenset(
-    ("append", "append_many", "fork", "turn_start", "step_start", "assistant", "dispatch", "put_result", "step_end",
-     "turn_end", "recover")
+    (
+        "append",
+        "append_many",
+        "fork",
+        "turn_start",
+        "step_start",
+        "assistant",
+        "dispatch",
+        "put_result",
+        "step_end",
+        "turn_end",
+        "recover",
+    )
 )
 # The counters that must be zero; their order is the table's.
 FAILURES = (
@@ -339,7 +358,7 @@ def run_trial(
         else:
             verdict = _storage_trial(trial, prof, directory, extra)
         document = verdict.to_dict()
-    except Exception:  # noqa: BLE001 - a trial that blows up is reported, the campaign goes on
+    except Exception:
         document = _harness_error(traceback.format_exc(limit=4))
     failed = bool(not document["ok"] or extra["wrong_outcomes"] or extra["untyped_errors"])
     if not failed:
@@ -347,7 +366,7 @@ def run_trial(
         if pg is not None and schema is not None and dsn is not None:
             try:
                 pg.drop(schema)
-            except Exception:  # noqa: BLE001 - a schema left behind is reported, not hidden
+            except Exception:
                 document, failed = _harness_error(traceback.format_exc(limit=2)), True
     outcome = {
         "trial": attrs.asdict(trial),
@@ -429,7 +448,7 @@ def _storage_trial(trial: Trial, prof: Profile, directory: Path, extra: dict[str
             if isinstance(exc, CorruptJournal):
                 errors.append(f"the engine reported a corrupt file: {exc}")
             return exc
-        except Exception as exc:  # noqa: BLE001 - an untyped error escaping the library is a finding
+        except Exception as exc:
             extra["untyped_errors"].append(f"{type(exc).__module__}.{type(exc).__name__}: {exc}")
         return None
 
@@ -665,7 +684,9 @@ def summarize(outcomes: list[dict[str, Any]], prof: Profile, *, seed: int) -> di
         "side_effects_denied": items("denied_effects"),
         "left_unfinished": trials_with("unfinished"),
         "reopen_failures": sum(1 for v in verdicts if v.get("reopen_error")),
-        "resume_failures": sum(1 for v in verdicts if "resumed" in v and not v["resumed"] and not v.get("reopen_error")),
+        "resume_failures": sum(
+            1 for v in verdicts if "resumed" in v and not v["resumed"] and not v.get("reopen_error")
+        ),
         "untyped_errors": sum(len(o["untyped_errors"]) for o in outcomes),
         "wrong_outcomes": sum(len(o["wrong_outcomes"]) for o in outcomes),
         "harness_errors": sum(1 for v in verdicts if v.get("harness_error") or v.get("errors")),
@@ -699,9 +720,14 @@ def summarize(outcomes: list[dict[str, Any]], prof: Profile, *, seed: int) -> di
         "ok": not any(counts.values()),
         "failed_trials": len(failed),
         "failures": [
-            {"index": o["trial"]["index"], "kind": o["trial"]["kind"], "trial": o["describe"], "path": o["path"],
-             "problems": o["verdict"].get("problems", []) + o["wrong_outcomes"] + o["untyped_errors"],
-             **({"schema": o["schema"]} if "schema" in o else {})}
+            {
+                "index": o["trial"]["index"],
+                "kind": o["trial"]["kind"],
+                "trial": o["describe"],
+                "path": o["path"],
+                "problems": o["verdict"].get("problems", []) + o["wrong_outcomes"] + o["untyped_errors"],
+                **({"schema": o["schema"]} if "schema" in o else {}),
+            }
             for o in failed[:20]
         ],
     }
@@ -732,8 +758,14 @@ def report_lines(report: dict[str, Any]) -> list[str]:
         lost = report["normal_power_loss"]
         rows += [
             (f"allowed under normal, after a {'server crash' if on_postgres else 'power cut'}:", ""),
-            ("  commits lost (a tail)", f"{lost['committed_events_lost']} events in {lost['trials_losing_commits']} trials"),
-            ("  side effects repeated", f"{lost['side_effects_repeated']} in {lost['trials_repeating_side_effects']} trials"),
+            (
+                "  commits lost (a tail)",
+                f"{lost['committed_events_lost']} events in {lost['trials_losing_commits']} trials",
+            ),
+            (
+                "  side effects repeated",
+                f"{lost['side_effects_repeated']} in {lost['trials_repeating_side_effects']} trials",
+            ),
             ("  side effects without a dispatch", str(lost["side_effects_without_dispatch"])),
             ("  side effects said not to have run", str(lost["side_effects_denied"])),
         ]
