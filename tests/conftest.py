@@ -13,40 +13,13 @@ import journal
 ROOT = Path(__file__).resolve().parent.parent
 
 
-# The contract suite (DESIGN §16): these modules' tests that take `db_path` (or `j`, `fresh`)
+# The contract suite (DESIGN §16): the tests under tests/contract/ that take `db_path` (or `j`, `fresh`)
 # run on both backends, SQLite and PostgreSQL, unless marked `sqlite_only` with the reason.
-CONTRACT = {
-    "test_adapter_claude",
-    "test_adapter_primitives",
-    "test_cli",
-    "test_effects",
-    "test_fork",
-    "test_g12_hostile_input",
-    "test_log",
-    "test_parts",
-    "test_processes",
-    "test_purge",
-    "test_recovery_batch",
-    "test_recovery_fast",
-    "test_retract",
-    "test_scan_recover",
-    "test_sessions_paging",
-    "test_submissions",
-    "test_submit_errors",
-    "test_tail",
-    "test_threads",
-    "test_transcript",
-    "test_transfer",
-    "test_turn_owner",
-    "test_turns",
-    "test_workers",
-}
 BACKENDS = ("sqlite", "postgresql")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    module = metafunc.module.__name__.rsplit(".", 1)[-1]
-    if "backend" not in metafunc.fixturenames or module not in CONTRACT:
+    if "backend" not in metafunc.fixturenames or ".contract." not in f".{metafunc.module.__name__}.":
         return
     if metafunc.definition.get_closest_marker("sqlite_only") is not None:
         return

@@ -21,7 +21,9 @@ def test_the_readme_python_examples_run(tmp_path: Path, monkeypatch) -> None:
     assert (tmp_path / "agent.db").exists()
 
 
-@pytest.mark.parametrize("reference", sorted(set(re.findall(r"`(tests/test_\w+\.py)(?:::(test_\w+?)\*?)?`", README))))
+@pytest.mark.parametrize(
+    "reference", sorted(set(re.findall(r"`(tests/(?:contract/)?test_\w+\.py)(?:::(test_\w+?)\*?)?`", README)))
+)
 def test_every_test_the_readme_names_exists(reference: tuple[str, str]) -> None:
     path, prefix = reference
     text = (ROOT / path).read_text()

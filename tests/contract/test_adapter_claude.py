@@ -44,7 +44,7 @@ from journal.adapters.claude import (
 from journal.adapters.claude_entries import answer_uuid
 from journal.model import Event
 
-from .conftest import python_child
+from ..conftest import python_child
 
 OPTIONAL = ("list_sessions", "list_session_summaries", "delete", "list_subkeys")
 

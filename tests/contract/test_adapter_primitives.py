@@ -17,7 +17,7 @@ import journal
 from journal.cli import main
 from tests.raw import Raw
 
-from .conftest import python_child, run_child
+from ..conftest import python_child, run_child
 
 CALL = {"id": "c1", "name": "t", "arguments": {}}
 

@@ -13,7 +13,7 @@ import pytest
 
 import journal
 
-from .conftest import python_child, run_child
+from ..conftest import python_child, run_child
 
 WRITER = """
 import sys, journal

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 import journal
 from journal.cli import main
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 
 @pytest.fixture

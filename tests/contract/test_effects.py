@@ -22,8 +22,8 @@ from click.testing import CliRunner
 import journal
 from journal import EffectAction, EffectKind, IndeterminateReason, Risk
 
-from .conftest import python_child, run_child
-from .effect_tools import ARGUMENTS, CALL, CHILD, SESSION, World, invoice_key
+from ..conftest import python_child, run_child
+from ..effect_tools import ARGUMENTS, CALL, CHILD, SESSION, World, invoice_key
 
 KILLED = -signal.SIGKILL
 

@@ -20,7 +20,7 @@ from journal.cli import main
 from journal.escape import dumps, escape
 from journal.transfer import import_lines
 
-from .conftest import python_child
+from ..conftest import python_child
 
 HI = {"content": "hi"}
 

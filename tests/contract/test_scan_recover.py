@@ -16,7 +16,7 @@ from journal import recovery as pure
 from tests.raw import Raw
 from tests.strategies import appendable_items
 
-from .conftest import python_child, run_child
+from ..conftest import python_child, run_child
 
 CALLS = [{"id": "a", "name": "read", "arguments": {}}, {"id": "b", "name": "pay", "arguments": {"cents": 100}}]
 

@@ -16,7 +16,7 @@ from journal.owners import lease_owner, owner_is_dead
 from journal.testing import Ledger
 from journal.testing.bot import work
 
-from .conftest import python_child, run_child
+from ..conftest import python_child, run_child
 
 GONE = "nohost-at-all:1:1"  # an owner on another host: never declared dead, expires by time only
 
