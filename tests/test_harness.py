@@ -254,3 +254,34 @@ def test_the_crash_point_docs_list_every_point_in_order() -> None:
     text = (ROOT / "docs" / "crash-points.md").read_text()
     listed = re.findall(r"^\| `(\w+\.(?:before|after)_\w+)` \|", text, re.MULTILINE)
     assert listed == list(crash.POINTS) + list(crash.TOOL_POINTS)
+
+
+# -- secrets ------------------------------------------------------------------------------------
+
+
+def test_a_child_s_command_line_never_holds_its_database(tmp_path: Path) -> None:
+    """The spec (it names the database: a DSN may hold a password) reaches the child through its
+    environment, which only this user can read, never through argv, which `ps` shows to everyone."""
+    (tmp_path / "peek_agent.py").write_text(
+        "def run(journal, session_id, ledger):\n"
+        "    with open('/proc/self/cmdline', 'rb') as f, open(__file__ + '.argv', 'wb') as out:\n"
+        "        out.write(f.read())\n"
+    )
+    db = tmp_path / "secret-marker-7f3a.db"
+    spec = {
+        "workload": "peek_agent:run",
+        "path": str(db),
+        "durability": "full",
+        "witness": str(tmp_path / "witness"),
+        "mode": "run",
+        "session_id": "s",
+        "ledger": str(tmp_path / "ledger"),
+    }
+    sys.path.insert(0, str(tmp_path))  # run_child hands this process's sys.path to the child
+    try:
+        code, out, err = harness.run_child(spec)
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert code == 0, out + err
+    argv = (tmp_path / "peek_agent.py.argv").read_bytes()
+    assert b"python" in argv and b"secret-marker-7f3a" not in argv

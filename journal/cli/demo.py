@@ -68,7 +68,9 @@ def _child(db: str, session_id: str, ledger: str, crash_at: str | None) -> subpr
     if crash_at:
         env["JOURNAL_CRASH_AT"] = crash_at
     return subprocess.run(
-        [sys.executable, "-m", "journal.testing.workload", db, session_id, ledger],
+        # The database on stdin, not argv: every user of the machine can read a command line.
+        [sys.executable, "-m", "journal.testing.workload", "-", session_id, ledger],
+        input=db + "\n",
         env=env,
         capture_output=True,
         text=True,

@@ -68,6 +68,7 @@ WORKLOAD = "journal.testing.workload:run"
 SESSION = "agent"
 DEFAULT_TIMEOUT_S = 120.0
 _READY = "journal-harness-ready"
+CHILD_SPEC = "JOURNAL_CHILD_SPEC"  # the environment variable a child reads its spec from
 TIMED_OUT = -1000
 """The return code ``run_child`` reports for a child it had to kill because it hung."""
 
@@ -105,9 +106,9 @@ class CommitWitness:
     """Records every crash point reached and, after each commit, every session's event count.
 
     ``install()`` observes ``journal.crash`` for the life of the context, so an armed crash
-    point still fires, after the record is made. With a ``sink`` path each record is appended to that file as one JSON line (no fsync:
-    it only has to survive a process kill, and the kernel keeps what was written). One witness
-    per process at a time.
+    point still fires, after the record is made. With a ``sink`` path each record is appended to
+    that file as one JSON line (no fsync: it only has to survive a process kill, and the kernel
+    keeps what was written). One witness per process at a time.
     """
 
     def __init__(self, journal: Journal, *, sink: str | os.PathLike[str] | None = None) -> None:
@@ -624,9 +625,15 @@ def run_child(
     )
     if crash_at is not None:
         env["JOURNAL_CRASH_AT"] = crash_at
-    code = "import sys; from journal.testing.harness import _child_main; sys.exit(_child_main(sys.argv[1]))"
+    # The spec in the environment (readable by this user alone), not argv: it names the database,
+    # and a DSN's password must not be in a command line every user of the machine can read (`ps`).
+    env[CHILD_SPEC] = json.dumps(dict(spec))
+    code = (
+        "import os, sys; from journal.testing.harness import _child_main; "
+        "sys.exit(_child_main(os.environ['JOURNAL_CHILD_SPEC']))"
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, json.dumps(dict(spec))],
+        [sys.executable, "-c", code],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -44,7 +44,16 @@ import attrs
 
 from journal import JournalError, JournalIOError
 from journal.store.target import is_url_dsn, redact, secrets, split_password
-from journal.testing.harness import _READY, DEFAULT_TIMEOUT_S, Verdict, _child_main, judge, read_witness, run_child
+from journal.testing.harness import (
+    _READY,
+    CHILD_SPEC,
+    DEFAULT_TIMEOUT_S,
+    Verdict,
+    _child_main,
+    judge,
+    read_witness,
+    run_child,
+)
 from journal.testing.ledger import Ledger
 
 if TYPE_CHECKING:
@@ -194,10 +203,15 @@ class _ServerHarness:
         paths = [os.path.abspath(p or os.curdir) for p in sys.path if os.path.isdir(p or os.curdir)]
         paths += filter(None, env.get("PYTHONPATH", "").split(os.pathsep))
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-        code = "import sys; from journal.testing.pgtorture import _agent_child; sys.exit(_agent_child(sys.argv[1]))"
+        # The spec (it holds the DSN) in the environment, never in a command line `ps` shows.
+        env[CHILD_SPEC] = json.dumps(spec)
+        code = (
+            "import os, sys; from journal.testing.pgtorture import _agent_child; "
+            "sys.exit(_agent_child(os.environ['JOURNAL_CHILD_SPEC']))"
+        )
         errors: list[str] = []
         child = subprocess.Popen(
-            [sys.executable, "-c", code, json.dumps(spec)],
+            [sys.executable, "-c", code],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

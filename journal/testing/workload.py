@@ -8,7 +8,8 @@ idempotent to resume: it skips the turns the log already holds.
 Tool crash points (``tool.before_run``, ``tool.after_run``) sit around each tool's side effect;
 arm them like the engine's own (``JOURNAL_CRASH_AT=tool.after_run:2``).
 
-Run it in a child process with ``python -m journal.testing.workload DB SESSION LEDGER``.
+Run it in a child process with ``python -m journal.testing.workload DB SESSION LEDGER`` (``DB``
+``-``: read it from stdin's first line, so a DSN's password is not in the command line).
 """
 
 from __future__ import annotations
@@ -83,6 +84,8 @@ def main(argv: list[str]) -> int:
     from journal.engine import open as open_journal
 
     path, session_id, ledger_path = argv[:3]
+    if path == "-":  # the database on stdin: a DSN (it may hold a password) never in argv, which `ps` shows
+        path = sys.stdin.readline().rstrip("\n")
     durability = argv[3] if len(argv) > 3 else "full"
     with open_journal(path, durability=durability) as journal:
         try:
