@@ -320,7 +320,10 @@ def test_the_sessions_page_pages_and_filters(viewer: Viewer, story: Path) -> Non
     nxt = re.search(r'rel="next" href="([^"]+)"', first)
     assert nxt is not None
     second = request(viewer, nxt.group(1).replace("&amp;", "&")).text
-    listed = lambda page: re.findall(r'<tr><td><a href="/sessions/([^"]+)">', page)
+
+    def listed(page: str) -> list[str]:
+        return re.findall(r'<tr><td><a href="/sessions/([^"]+)">', page)
+
     assert [urllib.parse.unquote(i) for i in listed(first) + listed(second)] == everything[:4]
     assert listed(request(viewer, "/?prefix=pla").text) == ["plain", "plain-fork"]
 
@@ -396,8 +399,8 @@ def test_a_long_session_is_paged_from_its_end(db_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("path", "status"),
-    [(session_path("nobody"), 404), ("/sessions/a%20b", 400), (session_path("plain", since="x"), 400), ("/nowhere", 404),
-     (session_path("plain", view="nope"), 400), ("/sessions/plain/events/more", 404)],
+    [(session_path("nobody"), 404), ("/sessions/a%20b", 400), (session_path("plain", since="x"), 400),
+     ("/nowhere", 404), (session_path("plain", view="nope"), 400), ("/sessions/plain/events/more", 404)],
 )  # fmt: skip
 def test_page_errors_are_pages_with_a_status(viewer: Viewer, path: str, status: int) -> None:
     got = request(viewer, path)
@@ -497,7 +500,8 @@ import sys, journal
 db, total = sys.argv[1], int(sys.argv[2])
 with journal.open(db, durability="normal") as j:
     for start in range(0, total, 50):
-        j.append_many("grow", [("user_message", {"content": "event %d " % i + "x" * 200}) for i in range(start, start + 50)])
+        items = [("user_message", {"content": f"event {i} " + "x" * 200}) for i in range(start, start + 50)]
+        j.append_many("grow", items)
 """
 
 
@@ -1147,3 +1151,33 @@ def test_the_command_prints_a_dsn_redacted(pg_dsn: str) -> None:
         child.terminate()
         out, err = child.communicate(timeout=30)
     assert secret not in line + out + err and "***" in line
+
+
+def test_a_client_that_stops_reading_is_cut_off_after_the_write_timeout(db_path: Path) -> None:
+    """A live stream whose client never reads fills the server's buffers; after the write
+    timeout the connection is aborted and its stream slot given back (else it is held forever)."""
+    with journal.open(db_path) as j:
+        j.create_session("big")
+        j.append_many("big", [("user_message", {"content": f"{n:06d} " + "x" * 400}) for n in range(20_000)])
+    with serving(db_path, limits=Limits(max_streams=1, write_timeout_s=0.5)) as viewer:
+        stalled = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small window
+        stalled.connect(("127.0.0.1", viewer.port))
+        try:
+            stalled.sendall(
+                f"GET {session_path('big')}/events?since=0 HTTP/1.1\r\nHost: 127.0.0.1:{viewer.port}\r\n\r\n".encode()
+            )  # and never reads
+            _wait_for(lambda: viewer.streams == 1, "the stalled stream to open")
+
+            def reopened() -> bool:
+                again, answer = _sse_open(viewer, "big", since=19_999)
+                again.close()
+                return answer.status == 200
+
+            _wait_for(reopened, "the stalled stream's slot to be given back")
+            stalled.settimeout(30)
+            with contextlib.suppress(ConnectionResetError):  # a live stream ends only when cut off
+                while stalled.recv(1 << 20):
+                    pass
+        finally:
+            stalled.close()

@@ -13,8 +13,9 @@ thread). What it guarantees, and how (docs/serve.md):
 - **Bounded work.** Reads run in at most ``threads`` worker threads, each with a read-only
   ``Journal`` from a pool (an apsw connection is never used by two threads at once); a page
   reads what it shows, cut in SQL (``journal.preview``). Connections have limits: a client
-  must send its request's headers within ``read_timeout_s``, an idle keep-alive connection is
-  closed after ``keep_alive_s``, at most ``max_connections`` connections are open,
+  must send its request's headers within ``read_timeout_s``, a client that stops reading a
+  response (the server's buffer full) is cut off after ``write_timeout_s``, an idle keep-alive
+  connection is closed after ``keep_alive_s``, at most ``max_connections`` connections are open,
   ``max_requests`` requests run at once and ``max_streams`` live streams are open (503 beyond
   each, with the security headers), and the listen backlog is ``backlog``.
 - **Its log cannot stall it.** One line a request, escaped (G14) and redacted (a DSN's
@@ -24,6 +25,7 @@ thread). What it guarantees, and how (docs/serve.md):
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import logging
@@ -62,6 +64,7 @@ class Limits:
     max_streams: int = 16
     max_connections: int = 160  # open connections at once; beyond, each request gets a 503
     read_timeout_s: float = 10.0
+    write_timeout_s: float = 30.0  # a response the client has stopped reading, from its buffer filling
     keep_alive_s: float = 5.0
     backlog: int = 128
     poll_s: float = 0.15  # how often live following counts the followed sessions' events
@@ -159,23 +162,42 @@ class _UvicornLog(logging.Handler):
         self._log(f"journal serve: {record.levelname.lower()}: {record.getMessage()}")
 
 
-def _protocol(read_timeout_s: float, max_connections: int, refuse: Any) -> type[H11Protocol]:
-    """uvicorn's HTTP/1.1 protocol with a read timeout, a cap on connections and the security
-    headers on uvicorn's own refusals.
+def _protocol(limits: Limits, refuse: Any) -> type[H11Protocol]:
+    """uvicorn's HTTP/1.1 protocol with a read and a write timeout, a cap on connections and
+    the security headers on uvicorn's own refusals.
 
     A connection that has not sent a whole request's headers within ``read_timeout_s`` is
     closed (uvicorn times out idle keep-alive connections, not a client that opens one and
-    sends nothing, or a byte a minute). A connection beyond ``max_connections`` has its
-    requests answered by ``refuse`` (the gate's 503, with its headers and its log line) instead
-    of uvicorn's bare ``limit_concurrency`` 503. A request h11 cannot parse gets uvicorn's 400
+    sends nothing, or a byte a minute). A connection whose client stops reading (the
+    transport's buffer stays over its high-water mark for ``write_timeout_s``) is aborted: else
+    uvicorn waits for it forever, holding the request's slot, a live stream's, and its memory.
+    A connection beyond ``max_connections`` has its requests answered by ``refuse`` (the gate's
+    503, with its headers and its log line) instead of uvicorn's bare ``limit_concurrency`` 503. A request h11 cannot parse gets uvicorn's 400
     with the security headers too."""
 
     class Protocol(H11Protocol):
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)  # (adds this one to the server's connections)
-            if len(self.connections) > max_connections:
+            if len(self.connections) > limits.max_connections:
                 self.app = refuse  # this connection's requests only
-            self._read_timer = self.loop.call_later(read_timeout_s, self._read_timed_out)
+            self._read_timer = self.loop.call_later(limits.read_timeout_s, self._read_timed_out)
+            self._write_timer: asyncio.TimerHandle | None = None
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            if self._write_timer is None:
+                self._write_timer = self.loop.call_later(limits.write_timeout_s, self._write_timed_out)
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            if self._write_timer is not None:
+                self._write_timer.cancel()
+                self._write_timer = None
+
+        def _write_timed_out(self) -> None:
+            self._write_timer = None
+            if self.flow.write_paused and not self.transport.is_closing():
+                self.transport.abort()  # connection_lost follows: the response's send sees a disconnect
 
         def send_400_response(self, msg: str) -> None:
             # uvicorn's own, with the viewer's headers: it writes this one past the ASGI app.
@@ -197,6 +219,8 @@ def _protocol(read_timeout_s: float, max_connections: int, refuse: Any) -> type[
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._read_timer.cancel()
+            if self._write_timer is not None:
+                self._write_timer.cancel()
             super().connection_lost(exc)
 
     return Protocol
@@ -278,7 +302,7 @@ class Viewer:
         busy = HttpError(503, f"the viewer is busy: too many connections at once (at most {limits.max_connections})")
         config = uvicorn.Config(
             self.gate,
-            http=_protocol(limits.read_timeout_s, limits.max_connections, self.gate.refusing(busy)),
+            http=_protocol(limits, self.gate.refusing(busy)),
             lifespan="off",
             log_config=None,
             access_log=False,
