@@ -172,8 +172,8 @@ def _protocol(limits: Limits, refuse: Any) -> type[H11Protocol]:
     transport's buffer stays over its high-water mark for ``write_timeout_s``) is aborted: else
     uvicorn waits for it forever, holding the request's slot, a live stream's, and its memory.
     A connection beyond ``max_connections`` has its requests answered by ``refuse`` (the gate's
-    503, with its headers and its log line) instead of uvicorn's bare ``limit_concurrency`` 503. A request h11 cannot parse gets uvicorn's 400
-    with the security headers too."""
+    503, with its headers and its log line) instead of uvicorn's bare ``limit_concurrency`` 503.
+    A request h11 cannot parse gets uvicorn's 400 with the security headers too."""
 
     class Protocol(H11Protocol):
         def connection_made(self, transport: Any) -> None:
@@ -214,7 +214,8 @@ def _protocol(limits: Limits, refuse: Any) -> type[H11Protocol]:
             self.transport.close()
 
         def _read_timed_out(self) -> None:
-            if self.cycle is None and not self.transport.is_closing():
+            cycle: object = self.cycle  # typed as always set, it is None between requests
+            if cycle is None and not self.transport.is_closing():
                 self.transport.close()
 
         def connection_lost(self, exc: Exception | None) -> None:
