@@ -6,7 +6,36 @@ Every error keeps its structured arguments as attributes, builds its own message
 
 from __future__ import annotations
 
+from journal.escape import escape
 from journal.model import WriteOutcome
+
+_SHOWN = 120  # characters of one id a message quotes; the error's attribute keeps all of it
+_LISTED = 5  # ids of a list a message names; it counts the rest
+
+
+def _q(value: object) -> str:
+    """A value as a message quotes it: ``repr`` (so control and bidi characters show escaped,
+    G14) and cut in the middle beyond ``_SHOWN`` characters (an id may be long and is untrusted)."""
+    text = repr(value)
+    if len(text) <= _SHOWN:
+        return text
+    half = (_SHOWN - 1) // 2
+    return f"{text[:half]}…{text[-half:]}"
+
+
+def _p(path: str) -> str:
+    """A path (or a redacted DSN) as a message shows it: escaped (G14) and cut like an id."""
+    text = escape(path)
+    if len(text) <= _SHOWN:
+        return text
+    half = (_SHOWN - 1) // 2
+    return f"{text[:half]}…{text[-half:]}"
+
+
+def _listed(values: tuple[object, ...]) -> str:
+    """The first ``_LISTED`` of ``values`` quoted, and how many more there are."""
+    shown = ", ".join(_q(v) for v in values[:_LISTED])
+    return shown if len(values) <= _LISTED else f"{shown} and {len(values) - _LISTED} more"
 
 
 class JournalError(Exception):
@@ -30,7 +59,7 @@ class NotAJournal(JournalError):
         self.path, self.reason = path, reason
 
     def message(self) -> str:
-        return f"{self.path} is not a journal: {self.reason} (the file was left untouched)"
+        return f"{_p(self.path)} is not a journal: {self.reason} (the file was left untouched)"
 
 
 class SchemaTooNew(JournalError):
@@ -42,7 +71,7 @@ class SchemaTooNew(JournalError):
 
     def message(self) -> str:
         return (
-            f"{self.path} has schema version {self.version}; this library reads up to "
+            f"{_p(self.path)} has schema version {self.version}; this library reads up to "
             f"{self.supported} (upgrade agent-journal; the file was left untouched)"
         )
 
@@ -89,7 +118,7 @@ class CorruptJournal(JournalError):
         self.path, self.detail = path, detail
 
     def message(self) -> str:
-        return f"{self.path} is damaged: {self.detail}"
+        return f"{_p(self.path)} is damaged: {self.detail}"
 
 
 class JournalClosed(JournalError):
@@ -146,7 +175,7 @@ class SessionNotFound(JournalError, LookupError):
         self.session_id = session_id
 
     def message(self) -> str:
-        return f"no session {self.session_id!r}"
+        return f"no session {_q(self.session_id)}"
 
 
 class SessionExists(JournalError):
@@ -157,7 +186,7 @@ class SessionExists(JournalError):
         self.session_id = session_id
 
     def message(self) -> str:
-        return f"a session {self.session_id!r} already exists"
+        return f"a session {_q(self.session_id)} already exists"
 
 
 class InvalidBoundary(JournalError, ValueError):
@@ -168,7 +197,7 @@ class InvalidBoundary(JournalError, ValueError):
         self.boundary = boundary
 
     def message(self) -> str:
-        return f"invalid fork boundary {self.boundary!r}: give a seq (an int >= 0) or 'last'"
+        return f"invalid fork boundary {_q(self.boundary)}: give a seq (an int >= 0) or 'last'"
 
 
 class BoundaryOutOfRange(JournalError, IndexError):
@@ -202,7 +231,7 @@ class NoOpenTurn(JournalError):
         self.session_id, self.what = session_id, what
 
     def message(self) -> str:
-        return f"session {self.session_id!r}: {self.what}"
+        return f"session {_q(self.session_id)}: {self.what}"
 
 
 class LeaseLost(JournalError):
@@ -214,7 +243,7 @@ class LeaseLost(JournalError):
 
     def message(self) -> str:
         tail = f": {self.detail}" if self.detail else ""
-        return f"session {self.session_id!r}: attempt {self.attempt} no longer holds the turn{tail}"
+        return f"session {_q(self.session_id)}: attempt {self.attempt} no longer holds the turn{tail}"
 
 
 class UnknownToolCall(JournalError, LookupError):
@@ -225,7 +254,7 @@ class UnknownToolCall(JournalError, LookupError):
         self.session_id, self.call_id = session_id, call_id
 
     def message(self) -> str:
-        return f"session {self.session_id!r}: no assistant message requested tool call {self.call_id!r}"
+        return f"session {_q(self.session_id)}: no assistant message requested tool call {_q(self.call_id)}"
 
 
 class AlreadyDispatched(JournalError):
@@ -237,7 +266,7 @@ class AlreadyDispatched(JournalError):
 
     def message(self) -> str:
         return (
-            f"session {self.session_id!r}: tool call {self.call_id!r} was already dispatched "
+            f"session {_q(self.session_id)}: tool call {_q(self.call_id)} was already dispatched "
             f"(seq {self.seq}); it must not run twice"
         )
 
@@ -251,7 +280,7 @@ class ResultExists(JournalError):
 
     def message(self) -> str:
         return (
-            f"session {self.session_id!r}: tool call {self.call_id!r} already has a result "
+            f"session {_q(self.session_id)}: tool call {_q(self.call_id)} already has a result "
             "(put_result keeps a later one as tool_result_late)"
         )
 
@@ -264,7 +293,7 @@ class SubmissionNotFound(JournalError, LookupError):
         self.submission_id = submission_id
 
     def message(self) -> str:
-        return f"no submission {self.submission_id!r}"
+        return f"no submission {_q(self.submission_id)}"
 
 
 class SubmissionExists(JournalError):
@@ -276,7 +305,7 @@ class SubmissionExists(JournalError):
         self.submission_id = submission_id
 
     def message(self) -> str:
-        return f"a submission {self.submission_id!r} already exists (nothing was written)"
+        return f"a submission {_q(self.submission_id)} already exists (nothing was written)"
 
 
 class UnregisteredTool(JournalError, LookupError):
@@ -287,7 +316,7 @@ class UnregisteredTool(JournalError, LookupError):
         self.name = name
 
     def message(self) -> str:
-        return f"no tool {self.name!r} is registered"
+        return f"no tool {_q(self.name)} is registered"
 
 
 class MissingEffectClass(JournalError, TypeError):
@@ -299,7 +328,7 @@ class MissingEffectClass(JournalError, TypeError):
 
     def message(self) -> str:
         return (
-            f"tool {self.name!r} declares no effect class: pass effects=Idempotent(key=...), "
+            f"tool {_q(self.name)} declares no effect class: pass effects=Idempotent(key=...), "
             "Queryable(lookup=...) or Unsafe()"
         )
 
@@ -312,7 +341,7 @@ class NotIndeterminate(JournalError):
         self.session_id, self.call_id = session_id, call_id
 
     def message(self) -> str:
-        return f"session {self.session_id!r}: tool call {self.call_id!r} is not awaiting an operator"
+        return f"session {_q(self.session_id)}: tool call {_q(self.call_id)} is not awaiting an operator"
 
 
 class SchemaViolation(JournalError):
@@ -335,7 +364,7 @@ class InvalidRange(JournalError, ValueError):
 
     def message(self) -> str:
         return (
-            f"invalid message range {self.start!r}..{self.stop!r}: the transcript has {self.count} "
+            f"invalid message range {_q(self.start)}..{_q(self.stop)}: the transcript has {self.count} "
             "messages (give 0 <= start <= stop < count)"
         )
 
@@ -348,9 +377,9 @@ class SessionHasForks(JournalError):
         self.session_id, self.fork_ids = session_id, tuple(fork_ids)
 
     def message(self) -> str:
-        forks = ", ".join(repr(f) for f in self.fork_ids)
+        forks = _listed(self.fork_ids)
         return (
-            f"session {self.session_id!r} is read through by its forks {forks}; purge it with "
+            f"session {_q(self.session_id)} is read through by its forks {forks}; purge it with "
             "copy_forks=True to give them their own copy first"
         )
 
@@ -363,9 +392,9 @@ class UnansweredCalls(JournalError):
         self.session_id, self.call_ids = session_id, tuple(call_ids)
 
     def message(self) -> str:
-        calls = ", ".join(repr(c) for c in self.call_ids)
+        calls = _listed(self.call_ids)
         return (
-            f"session {self.session_id!r}: tool calls {calls} have no result; a provider would refuse "
+            f"session {_q(self.session_id)}: tool calls {calls} have no result; a provider would refuse "
             "this transcript (run recover() first, or use provider_view() to see them)"
         )
 
@@ -380,7 +409,7 @@ class CountMismatch(JournalError):
 
     def message(self) -> str:
         return (
-            f"session {self.session_id!r} holds {self.actual} events, not the {self.expected} expected "
+            f"session {_q(self.session_id)} holds {self.actual} events, not the {self.expected} expected "
             "(another writer appended first; nothing was written)"
         )
 
@@ -393,7 +422,8 @@ class TurnHeld(JournalError):
         self.session_id, self.start_seq, self.owner, self.detail = session_id, start_seq, owner, detail
 
     def message(self) -> str:
-        return f"session {self.session_id!r}: the turn at seq {self.start_seq} is held by {self.owner!r}: {self.detail}"
+        held = f"the turn at seq {self.start_seq} is held by {_q(self.owner)}"
+        return f"session {_q(self.session_id)}: {held}: {self.detail}"
 
 
 class ToolNodeNotFound(JournalError, LookupError):
@@ -406,10 +436,10 @@ class ToolNodeNotFound(JournalError, LookupError):
         self.nodes, self.candidates, self.named = tuple(nodes), tuple(candidates), named
 
     def message(self) -> str:
-        nodes = ", ".join(repr(n) for n in self.nodes)
+        nodes = _listed(self.nodes)
         if self.named is not None:
-            return f"the graph has no node {self.named!r} (its nodes: {nodes})"
+            return f"the graph has no node {_q(self.named)} (its nodes: {nodes})"
         if self.candidates:
-            found = ", ".join(repr(n) for n in self.candidates)
+            found = _listed(self.candidates)
             return f"the graph has several tool nodes ({found}): pass tools_node= naming the one to repair as"
         return f"no node of the graph is a ToolNode (its nodes: {nodes}): pass tools_node= naming the tool node"
