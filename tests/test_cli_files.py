@@ -172,6 +172,27 @@ def test_g13_the_library_refuses_a_dangling_symlink_with_a_typed_error_and_creat
         assert [s.id for s in j.sessions()] == ["s"]
 
 
+
+@pytest.mark.parametrize("suffix", ["-wal", "-shm", "-journal"])
+@pytest.mark.parametrize("exists", [False, True], ids=["new", "existing"])
+def test_g13_a_dangling_symlink_at_a_side_file_is_refused_and_its_target_never_created(
+    tmp_path: Path, suffix: str, exists: bool
+) -> None:
+    """SQLite creates its -wal/-shm/-journal through a symlink: a dangling one planted beside a
+    journal would have it create a file where the link points. Refused before SQLite runs."""
+    db = tmp_path / "j.db"
+    if exists:
+        with journal.open(db) as j:
+            j.create_session("s")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    Path(f"{db}{suffix}").symlink_to(elsewhere / "planted")
+    before = db.read_bytes() if exists else None
+    with pytest.raises(journal.NotAJournal, match=f"its {suffix} file is a symlink"):
+        journal.open(db)
+    assert list(elsewhere.iterdir()) == []
+    assert (db.read_bytes() if exists else None) == before and db.exists() == exists
+
 # -- JOURNAL_CRASH_AT names no known point ----------------------------------------------------------
 
 

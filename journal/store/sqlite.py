@@ -474,6 +474,12 @@ class SqliteStore:
         """
         if os.path.isdir(self.path):
             raise NotAJournal(self.path, "a directory")
+        for suffix in ("-wal", "-shm", "-journal"):
+            # SQLite creates its side files through a symlink: a dangling one would have it
+            # create a file wherever the link points, outside the journal's directory.
+            side = self.path + suffix
+            if os.path.islink(side) and not os.path.exists(side):
+                raise NotAJournal(self.path, f"its {suffix} file is a symlink to a file that does not exist")
         # Only the default VFS keeps a file's bytes where the path says, so only then can they be
         # read before SQLite opens the file (a test VFS may keep them elsewhere, or count reads).
         verdict = self._identify() if vfs is None else self._identify_by_magic()
