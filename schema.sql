@@ -122,15 +122,16 @@ CREATE TABLE stream_chunks (
 
 -- Per-session keyed state (a framework's channel values): each write is a new row, never an
 -- update; the latest row of a key is its value, and `at` (the session's event count when it was
--- written) dates it, so the state as of any seq can be read back. Values are JSON text or bytes.
+-- written) dates it, so the state as of any seq can be read back. Values are bytes: a JSON
+-- value's UTF-8 text, or the bytes themselves (as schema_pg.sql keeps them, in a BYTEA).
 CREATE TABLE state (
     id         INTEGER PRIMARY KEY,
     session_id TEXT NOT NULL REFERENCES sessions (id),
     key        TEXT NOT NULL CHECK (length(key) BETWEEN 1 AND 256),
     at         INTEGER NOT NULL CHECK (at >= 0),
     kind       TEXT NOT NULL CHECK (kind IN ('json', 'bytes')),
-    value      ANY NOT NULL,
-    CHECK ((kind = 'bytes' AND typeof(value) = 'blob') OR (kind = 'json' AND typeof(value) = 'text' AND json_valid(value)))
+    value      BLOB NOT NULL,
+    CHECK (kind = 'bytes' OR json_valid(CAST(value AS TEXT)))
 ) STRICT;
 
 CREATE INDEX state_at ON state (session_id, key, at, id);
@@ -194,12 +195,14 @@ CREATE TABLE submissions (
         'input_only', 'stream_continuation', 'tool_results', 'tool_results_partial',
         'transient_retry', 'overflow', 'aborted_partial')),
     outcome          TEXT,
+    -- The order submissions were made in, which a session's queue follows: the next number,
+    -- given by the INSERT (SQLite's writers take turns; schema_pg.sql: an identity column).
+    ordinal          INTEGER NOT NULL UNIQUE CHECK (ordinal >= 1),
     CHECK ((state = 'running') = (lease_owner IS NOT NULL)),
     CHECK (attempt <= max_attempts)
 ) STRICT;
 
--- A session's queue is in rowid (submission) order.
-CREATE INDEX submissions_queued ON submissions (session_id) WHERE state = 'queued';
+CREATE INDEX submissions_queued ON submissions (session_id, ordinal) WHERE state = 'queued';
 CREATE INDEX submissions_running ON submissions (lease_expires_ms) WHERE state = 'running';
 
 -- A durable outbox of operator notifications (indeterminate calls).

@@ -7,11 +7,10 @@
 --   by id, and a prefix is a range of ids, whatever the server's default collation.
 -- - JSON is kept as the text the codec wrote (TEXT, read through the `json` type, which keeps
 --   the text as written and accepts every escape the codec writes, \u0000 included).
--- - `submissions.rowid` is the submission order SQLite's rowid gives.
--- - `state.value` is bytes (a JSON value's UTF-8 text when its kind is 'json'); `session_meta`
---   keeps each scalar meta value as its text (booleans as 1 and 0, as SQLite's json_each), and
---   its index holds md5 digests of the key and the value: SQLite's index takes a value of any
---   length, a btree entry here at most about 2.7 kB (what a file holds, a server holds).
+-- - `submissions.ordinal` is an identity column (writers of different sessions run at once).
+-- - `session_meta` keeps each scalar meta value as its text (booleans as 1 and 0, as SQLite's
+--   json_each), and its index holds md5 digests of the key and the value: SQLite's index takes a
+--   value of any length, a btree entry here at most about 2.7 kB (what a file holds, a server holds).
 -- - The triggers are PL/pgSQL functions; one BEFORE INSERT trigger on events does G4's check and
 --   hands the types that change derived state or compactions to their functions, as the SQLite
 --   gate triggers do. `events` has no foreign key to `sessions`: its triggers keep the same rule.
@@ -131,7 +130,7 @@ CREATE INDEX state_at ON state (session_id, key, at, id);
 
 -- A meta key or value may be as long as the event size limit allows, as in SQLite (whose index
 -- takes a value whole), but a btree entry here holds at most about 2.7 kB: the lookup index
--- holds their md5 digests, and the lookup (journal/store/postgres.py rewrites it) rechecks the
+-- holds their md5 digests, and the lookup (meta_sessions in journal/store/postgres_sql.py) rechecks the
 -- text itself. No unique key: a session's meta is one JSON object, each key once.
 CREATE TABLE session_meta (
     session_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id),
@@ -174,13 +173,13 @@ CREATE TABLE submissions (
         'input_only', 'stream_continuation', 'tool_results', 'tool_results_partial',
         'transient_retry', 'overflow', 'aborted_partial')),
     outcome          TEXT COLLATE "C",
-    -- SQLite's rowid: the submission order a session's queue follows.
-    rowid            BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+    -- The order submissions were made in, which a session's queue follows.
+    ordinal          BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
     CHECK ((state = 'running') = (lease_owner IS NOT NULL)),
     CHECK (attempt <= max_attempts)
 );
 
-CREATE INDEX submissions_queued ON submissions (session_id, rowid) WHERE state = 'queued';
+CREATE INDEX submissions_queued ON submissions (session_id, ordinal) WHERE state = 'queued';
 CREATE INDEX submissions_running ON submissions (lease_expires_ms) WHERE state = 'running';
 
 CREATE TABLE notifications (

@@ -138,10 +138,10 @@ def main() -> int:
                 short = j.create_session(f"short-{label}").id
                 for i in range(10):
                     j.append(short, "user_message", {"content": str(i)})
-                results[f"fork_10_{label}_ms"] = median_ms(lambda: j.fork(short), 100)
+                results[f"fork_10_{label}_ms"] = median_ms(lambda short=short: j.fork(short), 100)
                 results[f"fork_history_{label}_ms"] = median_ms(lambda: j.fork("history"), 100)
                 results[f"events_{label}"] = j.count("history")
-            results[f"open_{label}_ms"] = median_ms(lambda: journal.open(path).close(), 50)
+            results[f"open_{label}_ms"] = median_ms(lambda path=path: journal.open(path).close(), 50)
             results[f"file_{label}_bytes"] = os.path.getsize(path)
         with journal.open(Path(tmp, "messages.db"), durability="normal") as j:
             transcript(j, "half", 50_000, 50)

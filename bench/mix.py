@@ -145,7 +145,8 @@ def main() -> None:
         print(json.dumps({"us_per_event": out}, indent=2))
         return
     print(
-        f"realistic turn mix ({EVENTS_PER_TURN} events a turn), one event per transaction; medians of {args.rounds} rounds"
+        f"realistic turn mix ({EVENTS_PER_TURN} events a turn), one event per transaction; "
+        f"medians of {args.rounds} rounds"
     )
     print(f"{'durability':<10}  {'contender':<18}  {'µs/event':>9}  {'vs raw':>7}  target")
     for durability, figures in out.items():

@@ -773,7 +773,7 @@ def part_writers(server: PgServer, s: Settings) -> dict[str, Any]:
         return total, last - start_at
 
     try:
-        for proc, pipe in workers:
+        for _proc, pipe in workers:
             if not pipe.poll(120):
                 raise RuntimeError("a writer process did not start in 120 s")
             status, value = pipe.recv()
@@ -789,7 +789,7 @@ def part_writers(server: PgServer, s: Settings) -> dict[str, Any]:
                 per_proc[name].append(total / count)
             log(f"  writers: round {r + 1}/{s.writer_rounds}")
     finally:
-        for proc, pipe in workers:
+        for _proc, pipe in workers:
             with contextlib.suppress(Exception):
                 pipe.send(None)
         for proc, _ in workers:
@@ -871,7 +871,8 @@ def part_restart(server: PgServer, tmp: str, s: Settings, *, sessions: int, buil
             conn.execute("VACUUM ANALYZE")
             size = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
         log(
-            f"  built {sessions} sessions on PostgreSQL in {pg_build:.0f} s ({build_procs} process(es); {size / 1e6:.0f} MB)"
+            f"  built {sessions} sessions on PostgreSQL in {pg_build:.0f} s "
+            f"({build_procs} process(es); {size / 1e6:.0f} MB)"
         )
         times: dict[str, list[dict[str, float]]] = {"sqlite": [], "postgresql": []}
         for r in range(s.restart_rounds):
@@ -1057,7 +1058,8 @@ def report(doc: dict[str, Any]) -> str:
             parts = ", ".join(f"{k} {v:.1f}" for k, v in times.items())
             out.append(f"  the server's time for the INSERT into the {kind} (EXPLAIN ANALYZE, medians): {parts}")
         out.append(
-            f"  the journal's own work (journal.append − the replay, paired by round): {a['journal_minus_replay_us']:8.1f}"
+            "  the journal's own work (journal.append − the replay, paired by round): "
+            f"{a['journal_minus_replay_us']:8.1f}"
         )
         out.append("  the wait for the WAL flush: synchronous_commit on − off, paired by round:")
         for name, us in a["flush_wait_us"].items():
@@ -1074,7 +1076,8 @@ def report(doc: dict[str, Any]) -> str:
     if "restart" in doc:
         r = doc["restart"]
         out.append(
-            f"restart of {r['sessions']} interrupted sessions ({r['history']} events of history each), durability=full, "
+            f"restart of {r['sessions']} interrupted sessions ({r['history']} events of history each), "
+            "durability=full, "
             f"medians of {len(r['rounds']['sqlite'])} rounds (s)"
         )
         keys = ("open", "scan", "recover", "scan_recover", "scan_after", "total")

@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sqlite3
@@ -147,7 +148,7 @@ def main() -> None:
                 "bytes": sizes,
                 # What each step added, between two marks: linear in steps when these agree.
                 "bytes per step": {
-                    f"{a}-{b}": round((sizes[b] - sizes[a]) / (b - a)) for a, b in zip(marks, marks[1:], strict=False)
+                    f"{a}-{b}": round((sizes[b] - sizes[a]) / (b - a)) for a, b in itertools.pairwise(marks)
                 },
                 "ms per step": statistics.median(t for _, t in done) * 1000,
             }
@@ -171,7 +172,8 @@ def main() -> None:
         print(json.dumps(result, indent=2))
         return
     print(
-        f"LangGraph-shaped workload: 8 channels, one (500 B) changed per step, {args.steps} steps; medians of {args.rounds} rounds"
+        f"LangGraph-shaped workload: 8 channels, one (500 B) changed per step, {args.steps} steps; "
+        f"medians of {args.rounds} rounds"
     )
     for name in ("journal", "SqliteSaver"):
         r = result[name]
@@ -182,7 +184,8 @@ def main() -> None:
     print(f"  time per step, SqliteSaver / journal: {result['time per step, SqliteSaver / journal']:.2f}x")
     print("reads on a long session (medians of 300 calls)")
     print(
-        f"  state() of 8 keys:           1k events {result['state() ms'][1_000]:.3f} ms, 100k {result['state() ms'][100_000]:.3f} ms"
+        f"  state() of 8 keys:           1k events {result['state() ms'][1_000]:.3f} ms, "
+        f"100k {result['state() ms'][100_000]:.3f} ms"
         f"  ({result['state() 100k / 1k']:.2f}x)"
     )
     print(

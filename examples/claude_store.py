@@ -38,8 +38,10 @@ def entry(n: int, kind: str, content: object, **extra: object) -> dict[str, Any]
     if kind == "assistant":
         message |= {"id": f"msg_{n}", "model": "claude-sonnet-4-5", "stop_reason": extra.pop("stop", None)}
     return {
-        "type": kind, "uuid": f"00000000-0000-4000-8000-{n:012d}", "parentUuid": f"00000000-0000-4000-8000-{n - 1:012d}" if n else None,
-        "sessionId": SESSION, "cwd": "/home/ada/shop", "timestamp": f"2025-06-01T10:00:{n:02d}.000Z", "message": message, **extra,
+        "type": kind, "uuid": f"00000000-0000-4000-8000-{n:012d}",
+        "parentUuid": f"00000000-0000-4000-8000-{n - 1:012d}" if n else None,
+        "sessionId": SESSION, "cwd": "/home/ada/shop", "timestamp": f"2025-06-01T10:00:{n:02d}.000Z",
+        "message": message, **extra,
     }  # fmt: skip
 
 

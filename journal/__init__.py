@@ -56,13 +56,17 @@ from journal.model import (
     TurnEndReason,
     WriteOutcome,
 )
+from journal.preview import Preview
+from journal.pure.check import Disagreement
 from journal.pure.classify import ResumeMode
 from journal.pure.plan import Repair
 from journal.pure.view import Message, MissingResult, ProviderView
-from journal.queue import Submission
+from journal.purge import PurgeResult
+from journal.queue import Submission, SubmissionInfo
 from journal.reconcile import Decision
 from journal.recovery import OpenTurn, OwedCall, RecoveryPlan, RecoveryResult, ScanReport
 from journal.results import Dispatch, PendingCall, PutResult
+from journal.sessions import SessionTotals
 from journal.tools import Idempotent, Landed, NeverArrived, Queryable, Tool, ToolContext, ToolRegistry, Unsafe
 from journal.turns import Turn, TurnState
 
@@ -75,6 +79,7 @@ __all__ = [
     "CountMismatch",
     "Decision",
     "DecisionAction",
+    "Disagreement",
     "DiskFull",
     "Dispatch",
     "Durability",
@@ -110,7 +115,9 @@ __all__ = [
     "OwedCall",
     "PendingCall",
     "Phase",
+    "Preview",
     "ProviderView",
+    "PurgeResult",
     "PutResult",
     "Queryable",
     "RecoveryPlan",
@@ -126,11 +133,13 @@ __all__ = [
     "SessionExists",
     "SessionHasForks",
     "SessionNotFound",
+    "SessionTotals",
     "StaleReason",
     "StepOutcome",
     "StopReason",
     "Submission",
     "SubmissionExists",
+    "SubmissionInfo",
     "SubmissionNotFound",
     "SubmissionState",
     "Tool",

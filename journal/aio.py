@@ -1,8 +1,11 @@
 """The async face (DESIGN §13): ``journal.aio.open(path, ...)`` gives an ``AsyncJournal``.
 
 Every public method of ``Journal`` has an awaitable twin here with the same name, arguments,
-return values and errors; context managers become ``async with`` (``aj.turn(s)``,
-``turn.step()``, ``turn.dispatch(call_id)``, a claim), and ``follow`` is an async iterator.
+return values and errors, written out so that it is typed for users; context managers become
+``async with`` (``aj.turn(s)``, ``turn.step()``, ``turn.dispatch(call_id)``, a claim), and
+``follow`` is an async iterator. How a twin runs (a read, a write, a synced write, a call that
+runs alone) is not said here: it is the kind its method declares in ``journal.engine``
+(``engine.KINDS``), and ``_call`` reads it.
 
 How it runs. One **writer thread** owns the write connection. A write awaited on the loop is
 queued; the writer takes everything queued, runs each write inside ONE transaction (each in a
@@ -47,357 +50,45 @@ them in the caller's thread.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import copy
 import functools
-import inspect
 import threading
-from collections.abc import AsyncIterator, Callable, Generator
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
 from journal import engine
+from journal.aio_handles import AsyncClaim, AsyncDispatch, AsyncTurn, _Dispatching, _sync, _TurnScope
+from journal.aio_writer import _Item, _Readers, _Writer
 from journal.claims import Claim
-from journal.engine import Journal
-from journal.errors import (
-    InvalidArgument,
-    JournalBusy,
-    JournalClosed,
-    JournalError,
-    JournalIOError,
-    LeaseLost,
-    NoOpenTurn,
-    SchemaViolation,
-    WrongLoop,
-)
-from journal.model import Event, WriteOutcome
+from journal.engine import ALONE, KINDS, READ, SYNCED, Journal
+from journal.errors import InvalidArgument, JournalClosed, WrongLoop
+from journal.model import Durability, Event
 from journal.queue import DEFAULT_LEASE_MS
-from journal.results import Dispatch, PutResult
+from journal.reconcile import DEFAULT_CONTEXT_WINDOW
+from journal.results import PutResult
 from journal.store.target import redact
 from journal.turns import Turn
 
+if TYPE_CHECKING:
+    from journal.effects import EffectRecovery, IndeterminateCall
+    from journal.model import OperatorOutcome, Session
+    from journal.preview import Preview
+    from journal.pure.check import Disagreement
+    from journal.pure.plan import Repair
+    from journal.pure.view import Message, ProviderView
+    from journal.purge import PurgeResult
+    from journal.queue import Submission
+    from journal.reconcile import Decision
+    from journal.recovery import ProgressCallback, RecoveryPlan, RecoveryResult, ScanReport
+    from journal.sessions import SessionTotals
+    from journal.tools import OperatorCallback, ToolRegistry
+    from journal.turns import TurnState
+
 __all__ = ["AsyncClaim", "AsyncDispatch", "AsyncJournal", "AsyncTurn", "open"]
 
-# The writer's batch: its crash points are writer.before_commit and writer.after_commit.
-WRITER = "writer"
-# At most this many writes share a commit (the rest ride the next one).
-MAX_BATCH = 1024
 READERS = 2
-
-# The twins, by how they run. Writes share the writer's batches; the calls that commit in
-# steps of their own (and may run tools or callbacks) run alone between batches; reads run on
-# the reader connections.
-_WRITES = (
-    "create_session", "append", "append_many", "fork", "turn_start", "step_start", "step_end",
-    "provider_started", "record_assistant", "turn_end", "save_chunk", "dispatch", "put_result",
-    "submit", "renew", "requeue", "claim", "fail", "compact", "resolve", "set_state", "retract",
-)  # fmt: skip
-_ALONE = ("recover", "recover_effects", "reconcile", "purge", "checkpoint")
-_READS = (
-    "session", "sessions", "session_totals", "events", "count", "stream_chunks", "turn_state",
-    "submission", "submissions", "scan", "open_turns", "interrupted", "plan", "plan_recovery",
-    "indeterminate", "messages", "provider_view", "check", "integrity_check", "state", "size_bytes",
-    "previews",
-)  # fmt: skip
-# Writes whose commit must survive power loss even under durability="normal" (G6).
-_SYNCED = frozenset({"dispatch"})
-
-
-class _Item:
-    """One queued write: the call to make on the writer's ``Journal``, then its fate."""
-
-    __slots__ = ("alone", "call", "error", "finished", "future", "loop", "operation", "result", "synced", "taken")
-
-    def __init__(
-        self,
-        call: Callable[[Journal], Any],
-        loop: asyncio.AbstractEventLoop,
-        *,
-        operation: str,
-        alone: bool,
-        synced: bool,
-    ) -> None:
-        self.call = call
-        self.operation = operation  # the call's name, for the error a failed round gives it
-        self.loop = loop
-        self.future: asyncio.Future[Any] = loop.create_future()  # the awaiting task's
-        self.finished: asyncio.Future[None] = loop.create_future()  # set once its fate is known
-        self.alone = alone
-        self.synced = synced
-        self.taken = False  # handed to the writer: it runs to its end whatever the task does
-        self.result: Any = None
-        self.error: BaseException | None = None
-
-
-class _Writer:
-    """The thread that owns the write connection and commits what is queued, in batches."""
-
-    def __init__(self, opener: Callable[[], Journal]) -> None:
-        self._opener = opener
-        self._cond = threading.Condition(threading.Lock())
-        self._queue: collections.deque[_Item] = collections.deque()
-        self._closing = False
-        self._finished = False  # the thread has ended
-        self.journal: Journal | None = None
-        self.commits = 0  # batches committed (for the benchmarks: fsyncs under "full")
-        self._started: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
-        self._stopped: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
-        self._on_commit: Callable[[], None] | None = None
-        self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
-
-    def start(self, loop: asyncio.AbstractEventLoop, on_commit: Callable[[], None]) -> asyncio.Future[None]:
-        future = loop.create_future()
-        self._started = (loop, future)
-        self._on_commit = on_commit
-        self._thread.start()
-        return future
-
-    def put(self, item: _Item) -> None:
-        with self._cond:
-            if self._closing:
-                raise JournalClosed()
-            self._queue.append(item)
-            self._cond.notify()
-
-    def withdraw(self, item: _Item) -> bool:
-        """Take a write back if the writer has not taken it yet; whether it was."""
-        with self._cond:
-            if item.taken:
-                return False
-            self._queue.remove(item)
-            return True
-
-    def stop(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
-        """Refuse new writes, commit the queued ones, close the connection; done when it is."""
-        future = loop.create_future()
-        with self._cond:
-            if self._finished:  # the thread is gone (its journal never opened): nothing to wait for
-                future.set_result(None)
-                return future
-            self._stopped = (loop, future)
-            self._closing = True
-            self._cond.notify()
-        return future
-
-    # -- the thread ------------------------------------------------------------------------------
-
-    def _run(self) -> None:
-        assert self._started is not None
-        try:
-            self.journal = self._opener()
-        except BaseException as exc:
-            self._fail_queued()  # writes queued while it opened never ran: nothing was written
-            _call_soon(self._started[0], _settle_future, self._started[1], None, exc)
-            self._finish(None)
-            return
-        _call_soon(self._started[0], _settle_future, self._started[1], None, None)
-        error: BaseException | None = None
-        try:
-            while True:
-                batch = self._take()
-                if not batch:
-                    break
-                if batch[0].alone:
-                    self._run_alone(batch[0])
-                else:
-                    self._run_batch(batch)
-                self._wake(batch)
-        finally:
-            try:
-                self.journal.close()
-            except BaseException as exc:
-                error = exc
-            self._fail_queued()  # only if the loop above died: fail them rather than drop them
-            self._finish(error)
-
-    def _finish(self, error: BaseException | None) -> None:
-        """The thread ends: settle ``close()``'s wait, now or (``stop`` after it) at once."""
-        with self._cond:
-            self._finished = True
-            stopped = self._stopped
-        if stopped is not None:
-            _call_soon(stopped[0], _settle_future, stopped[1], None, error)
-
-    def _fail_queued(self) -> None:
-        """Refuse new writes, and fail every queued one with ``JournalClosed`` (none of them ran)."""
-        with self._cond:
-            self._closing = True
-            left = list(self._queue)
-            self._queue.clear()
-            for item in left:
-                item.taken = True  # its fate is decided here: a cancelled task waits for it
-        for item in left:
-            item.error = JournalClosed()
-        self._wake(left)
-
-    def _take(self) -> list[_Item]:
-        """The next round: a call that runs alone, or every queued write up to ``MAX_BATCH``;
-        empty once closing with nothing left."""
-        with self._cond:
-            while not self._queue and not self._closing:
-                self._cond.wait()
-            if not self._queue:
-                return []
-            first = self._queue.popleft()
-            first.taken = True
-            batch = [first]
-            if not first.alone:
-                while self._queue and not self._queue[0].alone and len(batch) < MAX_BATCH:
-                    item = self._queue.popleft()
-                    item.taken = True
-                    batch.append(item)
-            return batch
-
-    def _run_alone(self, item: _Item) -> None:
-        assert self.journal is not None
-        try:
-            item.result = item.call(self.journal)
-        except BaseException as exc:
-            item.error = exc
-
-    def _run_batch(self, batch: list[_Item]) -> None:
-        journal = self.journal
-        assert journal is not None
-        store = journal._store
-        ran = 0  # the writes that ran (a broken round stops early: the rest never did)
-        committing = False  # past the writes: an error now is the COMMIT's (or the store's)
-        try:
-            with store.batch(WRITER, synced=any(item.synced for item in batch)) as shared:
-                for item in batch:
-                    ran += 1
-                    try:
-                        item.result = item.call(journal)
-                    except BaseException as exc:
-                        item.result, item.error = None, exc
-                    if shared.broken:
-                        break  # SQLite rolled everything back: the batch fails as a whole
-                committing = True
-            self.commits += 1
-        except BaseException as exc:
-            kept = [item for item in batch[:ran] if item.error is None]
-            outcome = _round_outcome(journal, exc, kept) if committing else WriteOutcome.ABSENT
-            for item in batch:
-                if item.error is None:
-                    gone = outcome if item in kept else WriteOutcome.ABSENT
-                    item.result, item.error = None, _member_error(exc, item.operation, gone)
-
-    def _wake(self, items: list[_Item]) -> None:
-        """Hand each write's fate to its loop: one wake-up per loop, not one per write."""
-        by_loop: dict[asyncio.AbstractEventLoop, list[_Item]] = {}
-        for item in items:
-            by_loop.setdefault(item.loop, []).append(item)
-        for loop, mine in by_loop.items():
-            _call_soon(loop, self._settle, mine)
-
-    def _settle(self, items: list[_Item]) -> None:
-        for item in items:
-            _settle_future(item.future, item.result, item.error)
-            _settle_future(item.finished, None, None)
-        if self._on_commit is not None:
-            self._on_commit()
-
-
-# A round's transaction that fails with one of these was rolled back whole: nothing of it stays.
-_REFUSED = (JournalBusy, JournalClosed, SchemaViolation, InvalidArgument)
-
-
-def _round_outcome(journal: Journal, exc: BaseException, kept: list[_Item]) -> WriteOutcome:
-    """What is known of a round whose COMMIT (or the store around it) raised ``exc``.
-
-    A round is one transaction: all its writes are in the file or none is. An error that says
-    nothing was written (a broken round, a busy COMMIT) is taken at its word. Otherwise (DESIGN
-    §4: the commit may have landed, say before a failing checkpoint) the writes' own events are
-    looked for: one found means the round is there (``present``); none found says nothing, since
-    a commit whose fsync failed can reappear after a crash (``unknown``)."""
-    if isinstance(exc, _REFUSED):
-        return WriteOutcome.ABSENT  # the round was refused and rolled back: nothing was written
-    if isinstance(exc, JournalIOError) and exc.outcome != WriteOutcome.UNKNOWN:
-        return WriteOutcome(exc.outcome)
-    try:
-        for item in kept:
-            for event in _witnesses(item.result):
-                found = journal.events(event.session_id, since=event.seq, limit=1)
-                if found and found[0] == event:
-                    return WriteOutcome.PRESENT
-    except Exception:
-        return WriteOutcome.UNKNOWN
-    return WriteOutcome.UNKNOWN
-
-
-def _witnesses(result: Any) -> list[Event]:
-    """The events a write's result says it wrote in its round (not those it found stored)."""
-    if isinstance(result, Event):
-        return [] if result.existing else [result]
-    if isinstance(result, list):
-        return [e for e in result if isinstance(e, Event) and not e.existing]
-    if isinstance(result, PutResult):
-        return [result.event] if result.won else [] if result.late is None else [result.late]
-    if isinstance(result, Dispatch):
-        return [result.event]
-    return []
-
-
-def _member_error(exc: BaseException, operation: str, outcome: WriteOutcome) -> BaseException:
-    """The error one write of a failed round raises in its own task: its own copy (each task
-    raises and chains it separately), saying what is known of it. An error that is not the
-    library's becomes a ``JournalIOError`` with the outcome: never an untyped error for a write
-    that may be in the file."""
-    if isinstance(exc, JournalIOError):
-        own: BaseException = type(exc)(operation, outcome, exc.detail)
-    elif isinstance(exc, JournalError) and outcome is WriteOutcome.ABSENT:
-        own = copy.copy(exc)
-    else:
-        own = JournalIOError(operation, outcome, f"{type(exc).__name__}: {exc}")
-    own.__cause__ = exc
-    return own
-
-
-def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> None:
-    try:
-        loop.call_soon_threadsafe(callback, *args)
-    except RuntimeError:
-        pass  # the loop is closed: nobody is waiting any more
-
-
-def _settle_future(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if future.done():  # the task was cancelled while its write ran
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
-
-
-class _Readers:
-    """Reader connections, one per thread of a small pool, opened when first needed."""
-
-    def __init__(self, opener: Callable[[], Journal], size: int) -> None:
-        self._opener = opener
-        self._local = threading.local()
-        self._opened: list[Journal] = []
-        self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="journal-reader")
-
-    def journal(self) -> Journal:
-        j = getattr(self._local, "journal", None)
-        if j is None:
-            j = self._local.journal = self._opener()
-            with self._lock:
-                self._opened.append(j)
-        return j
-
-    async def run(self, call: Callable[[Journal], Any]) -> Any:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, lambda: call(self.journal()))
-
-    def close(self) -> None:
-        """Wait for the reads in flight, then close every reader connection (off the loop)."""
-        self._pool.shutdown(wait=True)
-        with self._lock:
-            opened, self._opened = self._opened, []
-        for j in opened:
-            j.close()
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class AsyncJournal:
@@ -459,7 +150,7 @@ class AsyncJournal:
         return redact(str(self._writer.journal.path if self._writer.journal is not None else self._path))
 
     @property
-    def durability(self) -> Any:
+    def durability(self) -> Durability:
         if self._writer.journal is None:
             raise JournalClosed()
         return self._writer.journal.durability
@@ -488,8 +179,8 @@ class AsyncJournal:
             raise WrongLoop(operation, "another event loop" if here else "an event loop of another thread")
 
     async def _write(
-        self, call: Callable[[Journal], Any], *, operation: str = "write", alone: bool = False, synced: bool = False
-    ) -> Any:
+        self, call: Callable[[Journal], R], *, operation: str = "write", alone: bool = False, synced: bool = False
+    ) -> R:
         self._owned(operation)
         if self._closed or not self._opened:
             raise JournalClosed()
@@ -497,7 +188,7 @@ class AsyncJournal:
         item = _Item(call, self._loop, operation=operation, alone=alone, synced=synced)
         self._writer.put(item)
         try:
-            return await item.future
+            return cast(R, await item.future)  # the future holds what ``call`` returned
         except asyncio.CancelledError:
             if not self._writer.withdraw(item):  # taken: it completes anyway
                 # Wait for its fate before the task sees the cancellation, so that a read after
@@ -507,21 +198,33 @@ class AsyncJournal:
                         await asyncio.shield(item.finished)
             raise
 
-    async def _read(self, call: Callable[[Journal], Any], *, operation: str = "read") -> Any:
+    async def _read(self, call: Callable[[Journal], R], *, operation: str = "read") -> R:
         self._owned(operation)
         if self._closed or not self._opened:
             raise JournalClosed()
-        return await self._readers.run(call)
+        return cast(R, await self._readers.run(call))
+
+    async def _call(self, method: Callable[Concatenate[Journal, P], R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run ``method`` (``Journal.append``, ...) with these arguments as its declared kind
+        says: a read on a reader connection, anything else through the writer thread."""
+        operation = method.__name__
+        kind = KINDS[operation]
+
+        def call(j: Journal) -> R:
+            bound: Callable[P, R] = getattr(j, operation)  # the journal's own bound method: no descriptor on the way
+            return bound(*args, **kwargs)
+
+        if kind is READ:
+            return await self._read(call, operation=operation)
+        return await self._write(call, operation=operation, alone=kind is ALONE, synced=kind is SYNCED)
 
     # -- the twins with handles --------------------------------------------------------------------
 
     async def turn_start(self, session_id: str) -> AsyncTurn:
-        turn = await self._write(lambda j: j.turn_start(session_id), operation="turn_start")
-        return AsyncTurn(self, turn)
+        return AsyncTurn(self, await self._call(Journal.turn_start, session_id))
 
     async def take_over(self, session_id: str) -> AsyncTurn:
-        turn = await self._write(lambda j: j.take_over(session_id), operation="take_over")
-        return AsyncTurn(self, turn)
+        return AsyncTurn(self, await self._call(Journal.take_over, session_id))
 
     def turn(self, session_id: str, *, resume: bool = False) -> _TurnScope:
         """``async with aj.turn(s) as turn``: ``turn_end`` (complete) on a normal exit unless
@@ -541,19 +244,19 @@ class AsyncJournal:
     ) -> _Dispatching:
         """``await`` it, or ``async with`` it: the dispatch is committed (synced, G6) before
         either returns, so the tool runs only on a durable record."""
-        sync_turn = turn.handle if isinstance(turn, AsyncTurn) else turn
-
-        def call(j: Journal) -> Dispatch:
-            return j.dispatch(
+        return _Dispatching(
+            self,
+            functools.partial(
+                self._call,
+                Journal.dispatch,
                 session_id,
                 call_id,
-                turn=sync_turn,
+                turn=None if turn is None else _sync(turn),
                 idempotency_key=idempotency_key,
                 request_id=request_id,
                 effect=effect,
-            )
-
-        return _Dispatching(self, call)
+            ),
+        )
 
     async def claim(
         self,
@@ -563,9 +266,7 @@ class AsyncJournal:
         lease_ms: int = DEFAULT_LEASE_MS,
         now_ms: int | None = None,
     ) -> AsyncClaim | None:
-        claim = await self._write(
-            lambda j: j.claim(session_id=session_id, owner=owner, lease_ms=lease_ms, now_ms=now_ms), operation="claim"
-        )
+        claim = await self._call(Journal.claim, session_id=session_id, owner=owner, lease_ms=lease_ms, now_ms=now_ms)
         return None if claim is None else AsyncClaim(self, claim)
 
     async def follow(self, session_id: str, *, since: int = 0, interval: float = 0.1) -> AsyncIterator[Event]:
@@ -579,7 +280,9 @@ class AsyncJournal:
         assert self._committed is not None
         while True:
             self._committed.clear()
-            events = await self._read(lambda j: j.events(session_id, since=since), operation="follow")
+            events = await self._read(
+                functools.partial(Journal.events, session_id=session_id, since=since), operation="follow"
+            )
             for event in events:
                 yield event
                 since = event.seq + 1
@@ -589,225 +292,266 @@ class AsyncJournal:
                 except asyncio.TimeoutError:
                     pass
 
+    # -- sessions and the log (journal.log) --------------------------------------------------------
 
-def _unwrap(value: Any) -> Any:
-    """The sync handle behind an async one (a turn or a claim given as an argument)."""
-    return value.handle if isinstance(value, (AsyncTurn, AsyncClaim)) else value
+    async def create_session(self, id: str | None = None, *, meta: dict[str, Any] | None = None) -> Session:
+        return await self._call(Journal.create_session, id, meta=meta)
 
+    async def session(self, id: str) -> Session:
+        return await self._call(Journal.session, id)
 
-def _twin(name: str, kind: str) -> Callable[..., Any]:
-    sync = getattr(Journal, name)
-
-    async def twin(self: AsyncJournal, *args: Any, **kwargs: Any) -> Any:
-        args = tuple(_unwrap(a) for a in args)
-        kwargs = {k: _unwrap(v) for k, v in kwargs.items()}
-
-        def call(j: Journal) -> Any:
-            return getattr(j, name)(*args, **kwargs)
-
-        if kind == "read":
-            return await self._read(call, operation=name)
-        return await self._write(call, operation=name, alone=kind == "alone", synced=name in _SYNCED)
-
-    twin.__name__ = twin.__qualname__ = name
-    twin.__doc__ = sync.__doc__
-    twin.__signature__ = inspect.signature(sync)  # type: ignore[attr-defined]
-    return twin
-
-
-for _name in _WRITES:
-    if _name not in AsyncJournal.__dict__:
-        setattr(AsyncJournal, _name, _twin(_name, "write"))
-for _name in _ALONE:
-    setattr(AsyncJournal, _name, _twin(_name, "alone"))
-for _name in _READS:
-    if hasattr(Journal, _name):  # (``previews`` arrives with journal.preview)
-        setattr(AsyncJournal, _name, _twin(_name, "read"))
-
-
-class AsyncTurn:
-    """An open turn (``Turn``'s twin): each call is a write of the async face."""
-
-    def __init__(self, aj: AsyncJournal, handle: Turn) -> None:
-        self._aj = aj
-        self.handle = handle  # the sync handle, owned by the writer thread
-
-    session_id = property(lambda self: self.handle.session_id)
-    start_seq = property(lambda self: self.handle.start_seq)
-    turn = property(lambda self: self.handle.turn)
-    attempt = property(lambda self: self.handle.attempt)
-    step_number = property(lambda self: self.handle.step_number)
-    submission_id = property(lambda self: self.handle.submission_id)
-    stream_key = property(lambda self: self.handle.stream_key)
-    closed = property(lambda self: self.handle.closed)
-
-    async def step_start(self) -> Event:
-        return await self._aj._write(lambda j: self.handle.step_start(), operation="step_start")
-
-    async def step_end(self, *, outcome: str = "ok") -> Event:
-        return await self._aj._write(lambda j: self.handle.step_end(outcome=outcome), operation="step_end")
-
-    def step(self) -> _StepScope:
-        """``async with turn.step()``: ``step_start`` now; ``step_end`` on exit (``outcome:
-        "error"`` if the body raises)."""
-        return _StepScope(self)
-
-    async def provider_started(self, *, stream_key: str | None = None) -> None:
-        await self._aj._write(
-            lambda j: self.handle.provider_started(stream_key=stream_key), operation="provider_started"
+    async def sessions(
+        self,
+        *,
+        limit: int | None = None,
+        after: str | Session | None = None,
+        meta: Mapping[str, Any] | None = None,
+        prefix: str | None = None,
+        parent_id: str | None = None,
+    ) -> list[Session]:
+        return await self._call(
+            Journal.sessions, limit=limit, after=after, meta=meta, prefix=prefix, parent_id=parent_id
         )
 
-    async def save_chunk(self, index: int, content: str) -> bool:
-        return await self._aj._write(lambda j: self.handle.save_chunk(index, content), operation="save_chunk")
+    async def session_totals(self) -> SessionTotals:
+        return await self._call(Journal.session_totals)
 
-    async def assistant(self, content: Any, **fields: Any) -> Event:
-        return await self._aj._write(lambda j: self.handle.assistant(content, **fields), operation="assistant")
+    async def append(
+        self,
+        session_id: str,
+        type: str,
+        data: dict[str, Any],
+        *,
+        key: str | None = None,
+        expected_count: int | None = None,
+    ) -> Event:
+        return await self._call(Journal.append, session_id, type, data, key=key, expected_count=expected_count)
 
-    def dispatch(self, call_id: str, **fields: Any) -> _Dispatching:
-        return self._aj.dispatch(self.session_id, call_id, turn=self, **fields)
+    async def append_many(
+        self,
+        session_id: str,
+        items: Iterable[tuple[str, dict[str, Any]] | tuple[str, dict[str, Any], str | None]],
+        *,
+        expected_count: int | None = None,
+        state: Mapping[str, Any] | None = None,
+    ) -> list[Event]:
+        return await self._call(Journal.append_many, session_id, items, expected_count=expected_count, state=state)
 
-    async def put_result(self, call_id: str, content: Any, **fields: Any) -> PutResult:
-        return await self._aj._write(
-            lambda j: self.handle.put_result(call_id, content, **fields), operation="put_result"
+    async def set_state(self, session_id: str, values: Mapping[str, Any]) -> None:
+        return await self._call(Journal.set_state, session_id, values)
+
+    async def state(
+        self, session_id: str, *, keys: Iterable[str] | None = None, as_of: int | None = None
+    ) -> dict[str, Any]:
+        return await self._call(Journal.state, session_id, keys=keys, as_of=as_of)
+
+    async def events(
+        self,
+        session_id: str,
+        *,
+        since: int | None = None,
+        types: Iterable[str] | None = None,
+        newest_first: bool = False,
+        limit: int | None = None,
+    ) -> list[Event]:
+        return await self._call(
+            Journal.events, session_id, since=since, types=types, newest_first=newest_first, limit=limit
         )
 
-    async def complete(self) -> Event:
-        return await self._aj._write(lambda j: self.handle.complete(), operation="complete")
+    async def count(self, session_id: str) -> int:
+        return await self._call(Journal.count, session_id)
 
-    async def reject(self) -> Event:
-        return await self._aj._write(lambda j: self.handle.reject(), operation="reject")
+    async def fork(
+        self, session_id: str, at: int | str = "last", *, id: str | None = None, meta: dict[str, Any] | None = None
+    ) -> Session:
+        return await self._call(Journal.fork, session_id, at, id=id, meta=meta)
 
-    def __repr__(self) -> str:
-        return f"Async{self.handle!r}"
+    async def previews(
+        self, session_id: str, *, since: int | None = None, tail: int | None = None, limit: int = 200, chars: int = 2000
+    ) -> list[Preview]:
+        return await self._call(Journal.previews, session_id, since=since, tail=tail, limit=limit, chars=chars)
+
+    # -- turns, steps and streams (journal.turns; ``turn_start``, ``turn`` above) ------------------
+
+    async def step_start(self, turn: Turn | AsyncTurn) -> Event:
+        return await self._call(Journal.step_start, _sync(turn))
+
+    async def step_end(self, turn: Turn | AsyncTurn, *, outcome: str = "ok") -> Event:
+        return await self._call(Journal.step_end, _sync(turn), outcome=outcome)
+
+    async def provider_started(self, turn: Turn | AsyncTurn, *, stream_key: str | None = None) -> None:
+        return await self._call(Journal.provider_started, _sync(turn), stream_key=stream_key)
+
+    async def record_assistant(self, turn: Turn | AsyncTurn, content: Any, **fields: Any) -> Event:
+        return await self._call(Journal.record_assistant, _sync(turn), content, **fields)
+
+    async def turn_end(self, turn: Turn | AsyncTurn, *, reason: str = "complete") -> Event:
+        return await self._call(Journal.turn_end, _sync(turn), reason=reason)
+
+    async def save_chunk(self, session_id: str, stream_key: str, index: int, content: str) -> bool:
+        return await self._call(Journal.save_chunk, session_id, stream_key, index, content)
+
+    async def stream_chunks(self, stream_key: str) -> list[str]:
+        return await self._call(Journal.stream_chunks, stream_key)
+
+    async def turn_state(self, session_id: str, start_seq: int | None = None) -> TurnState | None:
+        return await self._call(Journal.turn_state, session_id, start_seq)
+
+    # -- results (journal.results; ``dispatch`` above) ---------------------------------------------
+
+    async def put_result(
+        self,
+        session_id: str,
+        call_id: str,
+        content: Any,
+        *,
+        is_error: bool = False,
+        name: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> PutResult:
+        return await self._call(
+            Journal.put_result, session_id, call_id, content, is_error=is_error, name=name, metadata=metadata
+        )
+
+    # -- the input queue (journal.queue, journal.claims; ``claim`` above) --------------------------
+
+    async def submit(
+        self,
+        session_id: str,
+        type: str,
+        data: dict[str, Any],
+        *,
+        max_attempts: int = 10,
+        timeout_s: float = 3600,
+        id: str | None = None,
+    ) -> Submission:
+        return await self._call(
+            Journal.submit, session_id, type, data, max_attempts=max_attempts, timeout_s=timeout_s, id=id
+        )
+
+    async def submission(self, submission_id: str) -> Submission:
+        return await self._call(Journal.submission, submission_id)
+
+    async def submissions(self, session_id: str | None = None, *, state: str | None = None) -> list[Submission]:
+        return await self._call(Journal.submissions, session_id, state=state)
+
+    async def renew(self, claim: Claim | AsyncClaim, *, lease_ms: int = DEFAULT_LEASE_MS) -> None:
+        return await self._call(Journal.renew, _sync(claim), lease_ms=lease_ms)
+
+    async def requeue(self, claim: Claim | AsyncClaim) -> None:
+        return await self._call(Journal.requeue, _sync(claim))
+
+    async def fail(self, claim: Claim | AsyncClaim, reason: str) -> None:
+        return await self._call(Journal.fail, _sync(claim), reason)
+
+    # -- restart: scan, recovery, the reconciler (journal.recovery, journal.reconcile) -------------
+
+    async def scan(self) -> ScanReport:
+        return await self._call(Journal.scan)
+
+    async def open_turns(self, session_id: str) -> list[Event]:
+        return await self._call(Journal.open_turns, session_id)
+
+    async def interrupted(self, session_id: str) -> bool:
+        return await self._call(Journal.interrupted, session_id)
+
+    async def plan(self, session_id: str) -> list[Repair]:
+        return await self._call(Journal.plan, session_id)
+
+    async def plan_recovery(self, session_id: str | None = None, *, force: bool = False) -> list[RecoveryPlan]:
+        return await self._call(Journal.plan_recovery, session_id, force=force)
+
+    async def recover(
+        self,
+        session_id: str | None = None,
+        *,
+        policy: str = "close",
+        registry: ToolRegistry | None = None,
+        on_indeterminate: OperatorCallback | None = None,
+        force: bool = False,
+        on_progress: ProgressCallback | None = None,
+    ) -> list[RecoveryResult]:
+        return await self._call(
+            Journal.recover,
+            session_id,
+            policy=policy,
+            registry=registry,
+            on_indeterminate=on_indeterminate,
+            force=force,
+            on_progress=on_progress,
+        )
+
+    async def reconcile(
+        self,
+        *,
+        now: float | None = None,
+        now_ms: int | None = None,
+        context_window: int = DEFAULT_CONTEXT_WINDOW,
+        registry: ToolRegistry | None = None,
+        dry_run: bool = False,
+    ) -> list[Decision]:
+        return await self._call(
+            Journal.reconcile, now=now, now_ms=now_ms, context_window=context_window, registry=registry, dry_run=dry_run
+        )
+
+    # -- effect classes and the operator path (journal.effects) ------------------------------------
+
+    async def recover_effects(
+        self, registry: ToolRegistry, *, session_id: str | None = None, on_indeterminate: OperatorCallback | None = None
+    ) -> list[EffectRecovery]:
+        return await self._call(
+            Journal.recover_effects, registry, session_id=session_id, on_indeterminate=on_indeterminate
+        )
+
+    async def indeterminate(self, session_id: str | None = None) -> list[IndeterminateCall]:
+        return await self._call(Journal.indeterminate, session_id)
+
+    async def resolve(
+        self, session_id: str, call_id: str, *, outcome: str | OperatorOutcome, note: str | None = None
+    ) -> Event:
+        return await self._call(Journal.resolve, session_id, call_id, outcome=outcome, note=note)
+
+    # -- the messages view (journal.transcript) ----------------------------------------------------
+
+    async def messages(
+        self, session_id: str, *, provider: bool = False, tail: int | None = None, chars: int | None = None
+    ) -> list[Message]:
+        return await self._call(Journal.messages, session_id, provider=provider, tail=tail, chars=chars)
+
+    async def provider_view(
+        self, session_id: str, *, tail: int | None = None, chars: int | None = None
+    ) -> ProviderView:
+        return await self._call(Journal.provider_view, session_id, tail=tail, chars=chars)
+
+    async def compact(
+        self, session_id: str, start: int, stop: int, summary: Any, *, type: str = "user_message", **fields: Any
+    ) -> Event:
+        return await self._call(Journal.compact, session_id, start, stop, summary, type=type, **fields)
+
+    async def retract(self, session_id: str, *, reason: str | None = None) -> Message | None:
+        return await self._call(Journal.retract, session_id, reason=reason)
+
+    # -- erasing, checking, the file (journal.purge, journal.audit) --------------------------------
+
+    async def purge(self, session_id: str, *, copy_forks: bool = False) -> PurgeResult:
+        return await self._call(Journal.purge, session_id, copy_forks=copy_forks)
+
+    async def check(self, session_id: str | None = None) -> list[Disagreement]:
+        return await self._call(Journal.check, session_id)
+
+    async def integrity_check(self) -> list[str]:
+        return await self._call(Journal.integrity_check)
+
+    async def size_bytes(self) -> int:
+        return await self._call(Journal.size_bytes)
+
+    async def checkpoint(self) -> None:
+        return await self._call(Journal.checkpoint)
 
 
-class _TurnScope:
-    def __init__(self, aj: AsyncJournal, session_id: str, resume: bool) -> None:
-        self._aj = aj
-        self._session_id = session_id
-        self._resume = resume
-        self._turn: AsyncTurn | None = None
-
-    async def __aenter__(self) -> AsyncTurn:
-        if self._resume:
-            if not isinstance(self._resume, bool):
-                raise InvalidArgument("resume", f"must be True or False, not {self._resume!r}")
-            try:  # as the sync turn(resume=True): take over the open turn, else open one
-                self._turn = await self._aj.take_over(self._session_id)
-            except NoOpenTurn:
-                self._turn = await self._aj.turn_start(self._session_id)
-        else:
-            self._turn = await self._aj.turn_start(self._session_id)
-        return self._turn
-
-    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        assert self._turn is not None
-        if exc_type is None and not self._turn.closed:
-            await self._turn.complete()
-
-
-class _StepScope:
-    def __init__(self, turn: AsyncTurn) -> None:
-        self._turn = turn
-
-    async def __aenter__(self) -> AsyncTurn:
-        await self._turn.step_start()
-        return self._turn
-
-    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if self._turn.step_number is None:
-            return
-        if exc_type is None:
-            await self._turn.step_end()
-            return
-        try:
-            await self._turn.step_end(outcome="error")
-        except LeaseLost:
-            pass
-
-
-class AsyncDispatch:
-    """A committed dispatch (``Dispatch``'s twin): the ``tool_call`` event, and ``result``."""
-
-    def __init__(self, aj: AsyncJournal, handle: Dispatch) -> None:
-        self._aj = aj
-        self.handle = handle
-
-    event = property(lambda self: self.handle.event)
-    call_id = property(lambda self: self.handle.call_id)
-    arguments = property(lambda self: self.handle.arguments)
-    outcome = property(lambda self: self.handle.outcome)
-
-    async def result(self, content: Any, **fields: Any) -> PutResult:
-        return await self._aj._write(lambda j: self.handle.result(content, **fields), operation="put_result")
-
-    async def __aenter__(self) -> AsyncDispatch:
-        return self
-
-    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        # A tool that raised leaves its call dispatched without a result: the honest record.
-        return None
-
-
-class _Dispatching:
-    """What ``dispatch`` returns: awaitable, or entered with ``async with``."""
-
-    def __init__(self, aj: AsyncJournal, call: Callable[[Journal], Dispatch]) -> None:
-        self._aj = aj
-        self._call = call
-        self._done: AsyncDispatch | None = None
-
-    async def _run(self) -> AsyncDispatch:
-        if self._done is None:
-            self._done = AsyncDispatch(self._aj, await self._aj._write(self._call, operation="dispatch", synced=True))
-        return self._done
-
-    def __await__(self) -> Generator[Any, None, AsyncDispatch]:
-        return self._run().__await__()
-
-    async def __aenter__(self) -> AsyncDispatch:
-        return await self._run()
-
-    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        return None
-
-
-class AsyncClaim:
-    """A worker's hold on a running submission (``Claim``'s twin). ``async with`` it: a normal
-    exit completes its turn unless the body ended it; an exception leaves the turn open (the
-    lease runs out, and the reconciler decides), as ``aj.turn`` does."""
-
-    def __init__(self, aj: AsyncJournal, handle: Claim) -> None:
-        self._aj = aj
-        self.handle = handle
-        self.turn = AsyncTurn(aj, handle.turn)
-
-    submission = property(lambda self: self.handle.submission)
-    owner = property(lambda self: self.handle.owner)
-    resume = property(lambda self: self.handle.resume)
-    attempt = property(lambda self: self.handle.attempt)
-
-    async def complete(self) -> Event:
-        return await self.turn.complete()
-
-    async def reject(self) -> Event:
-        return await self.turn.reject()
-
-    async def fail(self, reason: str) -> None:
-        await self._aj._write(lambda j: self.handle.fail(reason), operation="fail")
-
-    async def requeue(self) -> None:
-        await self._aj._write(lambda j: self.handle.requeue(), operation="requeue")
-
-    async def renew(self, *, lease_ms: int = DEFAULT_LEASE_MS) -> None:
-        await self._aj._write(lambda j: self.handle.renew(lease_ms=lease_ms), operation="renew")
-
-    async def __aenter__(self) -> AsyncClaim:
-        return self
-
-    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if exc_type is None and not self.turn.closed:
-            await self.complete()
+for _name in KINDS:  # each twin says what its method says
+    _twin = AsyncJournal.__dict__[_name]
+    _twin.__doc__ = _twin.__doc__ or getattr(Journal, _name).__doc__
 
 
 def open(path: Any, **options: Any) -> AsyncJournal:

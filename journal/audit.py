@@ -3,11 +3,11 @@ disagreement with what is stored (the comparison itself is pure: ``journal.pure.
 
 from __future__ import annotations
 
-from journal import log as _log
-from journal.log import Log
+from journal import lineage
 from journal.pure.check import Disagreement, compare
 from journal.pure.view import Compaction, compactions
 from journal.results import CallRow
+from journal.sessions import Sessions
 from journal.store import Database, Store
 from journal.transcript import places_compactions
 from journal.turns import TURN_COLUMNS, TurnState
@@ -16,9 +16,9 @@ from journal.turns import TURN_COLUMNS, TurnState
 class Audit:
     """``check`` and ``integrity_check``."""
 
-    def __init__(self, store: Store, log: Log) -> None:
+    def __init__(self, store: Store, sessions: Sessions) -> None:
         self._store = store
-        self._log = log
+        self._sessions = sessions
 
     def integrity_check(self) -> list[str]:
         """SQLite's verdict on the file: ``["ok"]`` when it is healthy."""
@@ -28,12 +28,11 @@ class Audit:
         """Recompute the derived state (turn journal, tool-call states) from the log and list
         every disagreement with what is stored; also checks that seqs are contiguous."""
         with self._store.read() as db:
-            ids = [session_id] if session_id is not None else [s.id for s in self._log.sessions()]
+            ids = [session_id] if session_id is not None else [s.id for s in self._sessions.sessions()]
             out: list[Disagreement] = []
             for sid in ids:
-                _log.next_seq_txn(db, sid)  # SessionNotFound for an unknown id
-                seed = db.value("SELECT seed_length FROM sessions WHERE id = ?", (sid,))
-                own = _log.read_events_txn(db, sid, seed)
+                seed = lineage.seed_length_txn(db, sid)  # SessionNotFound for an unknown id
+                own = lineage.read_events_txn(db, sid, seed)
                 for expected, event in enumerate(own, start=seed):
                     if event.seq != expected:
                         out.append(Disagreement(sid, "events", str(expected), "seq", event.seq, expected))
@@ -74,11 +73,8 @@ def _compactions(db: Database, session_id: str, seed: int) -> list[Disagreement]
             "SELECT seq, kind, first, last, before, after FROM compactions WHERE session_id = ?", (session_id,)
         )
     }
-    may = db.value(
-        "SELECT count(*) FROM events WHERE session_id = ? AND (instr(data, '\"surface_op\"') > 0 OR type = 'retract')",
-        (session_id,),
-    )
-    derived = {c.seq: c for c in compactions(_log.read_events_txn(db, session_id)) if c.seq >= seed} if may else {}
+    may = db.value(db.sql.may_compact, (session_id,))
+    derived = {c.seq: c for c in compactions(lineage.read_events_txn(db, session_id)) if c.seq >= seed} if may else {}
     out: list[Disagreement] = []
     for seq in sorted(stored.keys() | derived.keys()):
         have, want = stored.get(seq), derived.get(seq)

@@ -10,7 +10,7 @@ as rejected and fails the submission; a worker whose lease was taken over gets `
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import attrs
 
@@ -26,8 +26,13 @@ from journal.queue import DEFAULT_LEASE_MS, Queue, Submission
 from journal.store import Database, Store
 from journal.turns import Turn, Turns, open_turn_txn
 
-if TYPE_CHECKING:
-    from journal.engine import Journal
+
+class ClaimCalls(Protocol):
+    """What a ``Claim`` calls back into (a ``Journal``): the queue's calls on a claim."""
+
+    def fail(self, claim: Claim, reason: str) -> None: ...
+    def requeue(self, claim: Claim) -> None: ...
+    def renew(self, claim: Claim, *, lease_ms: int = ...) -> None: ...
 
 
 @attrs.define
@@ -38,7 +43,7 @@ class Claim:
     (``None`` for a fresh input).
     """
 
-    journal: Journal = attrs.field(repr=False)
+    journal: ClaimCalls = attrs.field(repr=False)
     submission: Submission
     turn: Turn
     owner: str
@@ -64,22 +69,10 @@ class Claim:
         self.journal.renew(self, lease_ms=lease_ms)
 
 
-_RUNNABLE = (
-    "SELECT q.id FROM submissions AS q WHERE q.state = 'queued' {session}"
-    "AND NOT EXISTS (SELECT 1 FROM submissions AS r WHERE r.session_id = q.session_id AND r.state = 'running') "
-    "AND NOT EXISTS (SELECT 1 FROM submissions AS e INDEXED BY submissions_queued "
-    "WHERE e.session_id = q.session_id AND e.state = 'queued' AND e.rowid < q.rowid) "
-    "ORDER BY q.rowid LIMIT 1"
-)
-# Where claimers on several hosts run at once (PostgreSQL), each takes the row it found and
-# passes over the rows other claimers hold: the submission is theirs until they commit.
-_TAKE = " FOR UPDATE OF q SKIP LOCKED"
-
-
 class Claims:
     """``claim`` and ``fail``: the calls that span a submission and its turn."""
 
-    def __init__(self, journal: Journal, store: Store, log: Log, queue: Queue, turns: Turns) -> None:
+    def __init__(self, journal: ClaimCalls, store: Store, log: Log, queue: Queue, turns: Turns) -> None:
         self._journal = journal  # what the handles call back into
         self._store = store
         self._log = log
@@ -106,9 +99,8 @@ class Claims:
         if owner is not None:
             check_stored_text("owner", owner)
         owner = owner or lease_owner()
-        runnable = _RUNNABLE.format(session="AND q.session_id = ? " if session_id is not None else "")
-        if self._store.dialect != "sqlite":
-            runnable += _TAKE
+        sql = self._store.sql
+        runnable = sql.runnable if session_id is None else sql.runnable_in_session
         # The write is scoped to the one session it finds (an SQLite write holds the file).
         with self._store.write("claim", sessions=()) as db:
             now = now_ms if now_ms is not None else _log.now_ms()

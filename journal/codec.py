@@ -7,9 +7,10 @@ well formed. A refusal raises ``InvalidEvent`` naming the field.
 
 The same limits hold for what is not an event: ``check_text`` is the one check of every key and
 id a caller passes, ``check_id`` of an identifier's length (``MAX_KEY``, ``MAX_CALL_ID``,
-``MAX_STREAM_KEY``: the same on both backends, DESIGN §16), ``encode_value`` and ``encode_meta`` validate state values and metas
-(``InvalidArgument``), and ``parse_json`` is the one reader of JSON text a caller gives (the
-command line, an import), nesting bounded by ``MAX_DEPTH`` before its parser may recurse.
+``MAX_STREAM_KEY``: the same on both backends, DESIGN §16), ``encode_value`` and ``encode_meta``
+validate state values and metas (``InvalidArgument``), and ``parse_json`` is the one reader of
+JSON text a caller gives (the command line, an import), nesting bounded by ``MAX_DEPTH`` before
+its parser may recurse.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import itertools
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from journal.errors import InvalidArgument, InvalidEvent
@@ -117,12 +119,11 @@ KNOWN_TYPES = frozenset(_FIELDS)
 _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, check_circular=False, separators=(",", ":"))
 # The C encoder behind ``_encoder``, made once: ``JSONEncoder.encode`` builds it again on every
 # call, which costs as much as encoding a short message. (Absent where json has no C speedups.)
+_make_c_encoder: Callable[..., Any] | None = getattr(json.encoder, "c_make_encoder", None)  # not in typeshed
 _c_encoder = (
     None
-    if json.encoder.c_make_encoder is None
-    else json.encoder.c_make_encoder(
-        None, _encoder.default, json.encoder.encode_basestring, None, ":", ",", False, False, False
-    )
+    if _make_c_encoder is None
+    else _make_c_encoder(None, _encoder.default, json.encoder.encode_basestring, None, ":", ",", False, False, False)
 )
 
 

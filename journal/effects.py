@@ -20,11 +20,12 @@ from typing import Any
 
 import attrs
 
+from journal import lineage
 from journal import log as _log
 from journal.errors import InvalidArgument, NotIndeterminate
 from journal.log import Log
 from journal.model import CallState, EffectKind, Event, OperatorOutcome, Risk, Vocabulary
-from journal.results import PendingCall, Results, call_row_txn, pending_calls_txn, put_result_txn
+from journal.results import PendingCall, Results, call_row_txn, pending_calls_txn, put_result_txn, result_seq_txn
 from journal.store import Database, Store
 from journal.tools import Idempotent, Landed, NeverArrived, OperatorCallback, Queryable, Tool, ToolContext, ToolRegistry
 
@@ -138,12 +139,7 @@ class Effects:
     def indeterminate_txn(self, db: Database) -> list[IndeterminateCall]:
         """Every call awaiting an operator, with its notification (one statement); oldest first
         per session."""
-        rows = db.execute(
-            "SELECT c.session_id, c.call_id, c.name, c.dispatch_seq, c.result_seq, n.id, n.data, n.created_ms, n.acked_ms "
-            "FROM tool_calls AS c INDEXED BY tool_calls_indeterminate LEFT JOIN notifications AS n "
-            "ON n.session_id = c.session_id AND n.call_id = c.call_id AND n.kind = 'indeterminate' "
-            "WHERE c.state = 'indeterminate' ORDER BY c.session_id, c.dispatch_seq"
-        )
+        rows = db.execute(db.sql.indeterminate_calls)
         out = []
         for session_id, call_id, name, dispatch_seq, result_seq, *note in rows:
             notification = None if note[0] is None else _notification(*note)
@@ -173,7 +169,8 @@ class Effects:
         is delivered again by the next run: at least once.
         """
         if session_id is not None:
-            self._log.session(session_id)  # SessionNotFound before anything
+            with self._store.read() as db:
+                lineage.next_seq_txn(db, session_id)  # SessionNotFound before anything
         callbacks = [cb for cb in (registry.on_indeterminate, on_indeterminate) if cb is not None]
         self._deliver_pending(callbacks, session_id)
         with self._store.read() as db:
@@ -193,7 +190,7 @@ class Effects:
         if tool is None:
             return EffectRecovery(call.session_id, call.call_id, call.name, EffectAction.UNREGISTERED), None
         with self._store.read() as db:
-            (dispatched,) = _log.read_events_txn(db, call.session_id, call.dispatch_seq, call.dispatch_seq + 1)
+            (dispatched,) = lineage.read_events_txn(db, call.session_id, call.dispatch_seq, call.dispatch_seq + 1)
         recorded = dispatched.data
         arguments = recorded.get("arguments")
         effects = tool.effects
@@ -237,7 +234,7 @@ class Effects:
         if base.request_id is None:
             return self._make_indeterminate(base, IndeterminateReason.NO_REQUEST_ID, None)
         try:
-            answer = effects.lookup(base.request_id, arguments)
+            answer: object = effects.lookup(base.request_id, arguments)  # the user's code: anything may come back
         except Exception as exc:
             return self._make_indeterminate(base, IndeterminateReason.LOOKUP_FAILED, f"lookup raised {exc!r}")
         if isinstance(answer, Landed):
@@ -270,7 +267,7 @@ class Effects:
         text = self._log.codec.encode("tool_result", data)
         time_ms = _log.now_ms()
         with self._store.write(SOURCE) as db:
-            put = put_result_txn(db, outcome.session_id, outcome.call_id, text, time_ms)
+            put = put_result_txn(db, self._log, outcome.session_id, outcome.call_id, text, time_ms)
         appended = tuple(e for e in ((put.event if put.won else None), put.late) if e is not None)
         return attrs.evolve(outcome, result=put.event, appended=appended)
 
@@ -300,17 +297,18 @@ class Effects:
             if (
                 row is None
                 or row.state is not CallState.DISPATCHED
-                or _log.result_seq_txn(db, session_id, call_id) is not None
+                or result_seq_txn(db, session_id, call_id) is not None
             ):
                 # Settled meanwhile (another recoverer, or the tool's own late result): a
                 # synthetic result must never become a tool_result_late next to a real one.
                 return attrs.evolve(outcome, action=EffectAction.ALREADY_SETTLED, reason=None, detail=None), None
-            put = put_result_txn(db, session_id, call_id, text, time_ms)
+            put = put_result_txn(db, self._log, session_id, call_id, text, time_ms)
             assert put.won
             # The result trigger just set 'resolved'; the compare-and-set on that very result
             # makes the call indeterminate instead, in the same transaction.
             self._results.mark_indeterminate_txn(db, session_id, call_id, put.event.seq)
-            note = {"name": outcome.name, "reason": reason.value, "risk": risk, "effect": outcome.effect and outcome.effect.value,
+            note = {"name": outcome.name, "reason": reason.value, "risk": risk,
+                    "effect": outcome.effect and outcome.effect.value,
                     "dispatch_seq": row.dispatch_seq, "result_seq": put.event.seq}  # fmt: skip
             for field, value in (
                 ("detail", detail),
@@ -320,7 +318,8 @@ class Effects:
                 if value is not None:
                     note[field] = value
             db.execute(
-                "INSERT INTO notifications (session_id, call_id, kind, data, created_ms) VALUES (?, ?, 'indeterminate', ?, ?) "
+                "INSERT INTO notifications (session_id, call_id, kind, data, created_ms) "
+                "VALUES (?, ?, 'indeterminate', ?, ?) "
                 "ON CONFLICT (session_id, call_id, kind) DO NOTHING",
                 (session_id, call_id, json.dumps(note, separators=(",", ":")), time_ms),
             )
@@ -340,11 +339,7 @@ class Effects:
                 return False
         assert notice.notification is not None
         with self._store.write("notify") as db:
-            db.execute(
-                "UPDATE notifications SET data = json_set(data, '$.delivered_ms', ?) "
-                "WHERE id = ? AND data ->> '$.delivered_ms' IS NULL",
-                (_log.now_ms(), notice.notification["id"]),
-            )
+            db.execute(db.sql.mark_delivered, (_log.now_ms(), notice.notification["id"]))
         return True
 
     def _deliver_pending(self, callbacks: list[OperatorCallback], session_id: str | None) -> None:
@@ -352,12 +347,7 @@ class Effects:
         if not callbacks:
             return
         with self._store.read() as db:
-            rows = list(
-                db.execute(
-                    "SELECT session_id, call_id FROM notifications INDEXED BY notifications_pending "
-                    "WHERE acked_ms IS NULL AND data ->> '$.delivered_ms' IS NULL ORDER BY created_ms, id"
-                )
-            )
+            rows = list(db.execute(db.sql.undelivered))
             notices = [_indeterminate_call_txn(db, s, c) for s, c in rows if session_id is None or s == session_id]
         for notice in notices:
             if notice is not None:
@@ -368,7 +358,8 @@ class Effects:
     def indeterminate(self, session_id: str | None = None) -> list[IndeterminateCall]:
         """The calls awaiting an operator (G10), with their notifications; oldest first per session."""
         if session_id is not None:
-            self._log.session(session_id)
+            with self._store.read() as db:
+                lineage.next_seq_txn(db, session_id)  # SessionNotFound before anything
         with self._store.read() as db:
             calls = self.indeterminate_txn(db)
         return [c for c in calls if session_id is None or c.session_id == session_id]
@@ -395,7 +386,7 @@ class Effects:
         self._log.codec.encode("operator_resolution", data)  # validated before anything is written (G12)
         time_ms = _log.now_ms()
         with self._store.write("resolve") as db:
-            _log.next_seq_txn(db, session_id)
+            lineage.next_seq_txn(db, session_id)
             row = call_row_txn(db, session_id, call_id)
             if row is None or row.state is not CallState.INDETERMINATE:
                 raise NotIndeterminate(session_id, call_id)
@@ -408,7 +399,8 @@ def _notification(note_id: int, data: str, created_ms: int, acked_ms: int | None
 
 def _notification_txn(db: Database, session_id: str, call_id: str) -> dict[str, Any] | None:
     row = db.one(
-        "SELECT id, data, created_ms, acked_ms FROM notifications WHERE session_id = ? AND call_id = ? AND kind = 'indeterminate'",
+        "SELECT id, data, created_ms, acked_ms FROM notifications "
+        "WHERE session_id = ? AND call_id = ? AND kind = 'indeterminate'",
         (session_id, call_id),
     )
     return None if row is None else _notification(*row)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import enum
 import functools
 import os
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from journal.audit import Audit
@@ -17,12 +19,15 @@ from journal.model import Durability
 from journal.preview import Previews
 from journal.purge import Purge
 from journal.queue import Queue
+from journal.reads import Reads
 from journal.reconcile import Reconciler
 from journal.recovery import Recovery
 from journal.results import Results
+from journal.sessions import Sessions
 from journal.store import DEFAULT_BUSY_TIMEOUT_MS, SqliteStore, Store
 from journal.store.groupcommit import GroupCommit
 from journal.store.target import is_dsn, malformed_dsn, redact
+from journal.streams import Streams
 from journal.transcript import Transcript
 from journal.turns import Turns
 
@@ -30,18 +35,39 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+class Kind(enum.Enum):
+    """How a public method of ``Journal`` runs, declared once beside it (DESIGN §12, §13).
+
+    The async face (``journal.aio``) reads it to run each twin: a ``READ`` on a reader
+    connection, a ``WRITE`` in a batch of the writer thread (a savepoint of the round's one
+    transaction), a ``SYNCED`` write likewise but its round's commit survives power loss even
+    under ``durability="normal"`` (G6), and an ``ALONE`` call (it commits in steps of its own
+    and may run tools or callbacks) alone between the writer's batches."""
+
+    READ = "read"
+    WRITE = "write"
+    SYNCED = "synced"
+    ALONE = "alone"
+
+
+READ, WRITE, SYNCED, ALONE = Kind.READ, Kind.WRITE, Kind.SYNCED, Kind.ALONE
+_KIND = "__journal_kind__"  # where a method written on ``Journal`` itself keeps its kind
+
+
 class _Delegate:
     """A public method of ``Journal`` that is a part's method: ``j.append`` is ``j._log.append``.
 
     It is bound once per journal, on first use, so the facade adds no call to the hot path."""
 
-    def __init__(self, part: str, method: Callable[..., Any]) -> None:
+    def __init__(self, part: str, method: Callable[..., Any], kind: Kind) -> None:
         functools.update_wrapper(self, method)
         self._part = part
         self._method = method.__name__
+        self.kind = kind
 
     def __set_name__(self, owner: type, name: str) -> None:
-        self._name = name
+        self._name = self.__name__ = name
+        self.__qualname__ = f"{owner.__name__}.{name}"
 
     def __get__(self, journal: Journal | None, owner: type | None = None) -> Any:
         if journal is None:
@@ -55,8 +81,18 @@ class _Delegate:
         return self.__get__(journal)(*args, **kwargs)
 
 
-def _delegate(part: str, method: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Journal, P], R]:
-    return _Delegate(part, method)  # type: ignore[return-value]
+def _delegate(part: str, method: Callable[Concatenate[Any, P], R], kind: Kind) -> Callable[Concatenate[Journal, P], R]:
+    return _Delegate(part, method, kind)  # type: ignore[return-value]  # a descriptor typed as the method it binds
+
+
+def _declared(kind: Kind) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """The kind of a public method written on ``Journal`` itself (not a part's)."""
+
+    def declare(method: Callable[P, R]) -> Callable[P, R]:
+        setattr(method, _KIND, kind)
+        return method
+
+    return declare
 
 
 class Journal:
@@ -73,6 +109,9 @@ class Journal:
         self._codec = Codec(max_event_bytes)
         self._appends = GroupCommit(store, "append")
         self._log = Log(store, self._codec, self._appends)
+        self._sessions = Sessions(store)
+        self._reads = Reads(store)
+        self._streams = Streams(store)
         self._queue = Queue(store, self._log)
         self._turns = Turns(self, store, self._log, self._queue)
         self._claims = Claims(self, store, self._log, self._queue, self._turns)
@@ -82,79 +121,79 @@ class Journal:
         self._reconciler = Reconciler(store, self._log, self._turns, self._queue, self._recovery, self._effects)
         self._transcript = Transcript(store, self._log)
         self._purge = Purge(
-            store, self._log, (self._turns, self._results, self._effects, self._queue, self._transcript)
+            store, self._log, (self._turns, self._streams, self._results, self._effects, self._queue, self._transcript)
         )
-        self._audit = Audit(store, self._log)
+        self._audit = Audit(store, self._sessions)
         self._previews = Previews(store)
 
     # -- sessions and the log (journal.log) ----------------------------------------------------
-    create_session = _delegate("_log", Log.create_session)
-    session = _delegate("_log", Log.session)
-    sessions = _delegate("_log", Log.sessions)
-    session_totals = _delegate("_log", Log.session_totals)
-    append = _delegate("_log", Log.append)
-    append_many = _delegate("_log", Log.append_many)
-    set_state = _delegate("_log", Log.set_state)
-    state = _delegate("_log", Log.state)
-    events = _delegate("_log", Log.events)
-    count = _delegate("_log", Log.count)
-    fork = _delegate("_log", Log.fork)
-    previews = _delegate("_previews", Previews.previews)  # pages of events cut in SQL (journal.preview)
-    _change_token = _delegate("_previews", Previews.change_token)  # for journal.serve (live following)
-    _import_sessions = _delegate("_log", Log.import_sessions)  # for journal.transfer
-    _state_history = _delegate("_log", Log.state_history)  # for journal.transfer
+    create_session = _delegate("_log", Log.create_session, WRITE)
+    session = _delegate("_sessions", Sessions.session, READ)  # looking up and listing (journal.sessions)
+    sessions = _delegate("_sessions", Sessions.sessions, READ)
+    session_totals = _delegate("_sessions", Sessions.session_totals, READ)
+    append = _delegate("_log", Log.append, WRITE)
+    append_many = _delegate("_log", Log.append_many, WRITE)
+    set_state = _delegate("_log", Log.set_state, WRITE)
+    state = _delegate("_reads", Reads.state, READ)  # reads through the fork chain (journal.reads)
+    events = _delegate("_reads", Reads.events, READ)
+    count = _delegate("_reads", Reads.count, READ)
+    fork = _delegate("_log", Log.fork, WRITE)
+    previews = _delegate("_previews", Previews.previews, READ)  # pages of events cut in SQL (journal.preview)
+    _change_token = _delegate("_previews", Previews.change_token, READ)  # for journal.serve (live following)
+    _import_sessions = _delegate("_log", Log.import_sessions, WRITE)  # for journal.transfer
+    _state_history = _delegate("_reads", Reads.state_history, READ)  # for journal.transfer
 
     # -- turns, steps and streams (journal.turns) ------------------------------------------------
-    turn_start = _delegate("_turns", Turns.turn_start)
-    turn = _delegate("_turns", Turns.turn)
-    take_over = _delegate("_turns", Turns.take_over)
-    step_start = _delegate("_turns", Turns.step_start)
-    step_end = _delegate("_turns", Turns.step_end)
-    provider_started = _delegate("_turns", Turns.provider_started)
-    record_assistant = _delegate("_turns", Turns.record_assistant)
-    turn_end = _delegate("_turns", Turns.turn_end)
-    save_chunk = _delegate("_turns", Turns.save_chunk)
-    stream_chunks = _delegate("_turns", Turns.stream_chunks)
-    turn_state = _delegate("_turns", Turns.turn_state)
+    turn_start = _delegate("_turns", Turns.turn_start, WRITE)
+    turn = _delegate("_turns", Turns.turn, WRITE)
+    take_over = _delegate("_turns", Turns.take_over, WRITE)
+    step_start = _delegate("_turns", Turns.step_start, WRITE)
+    step_end = _delegate("_turns", Turns.step_end, WRITE)
+    provider_started = _delegate("_turns", Turns.provider_started, WRITE)
+    record_assistant = _delegate("_turns", Turns.record_assistant, WRITE)
+    turn_end = _delegate("_turns", Turns.turn_end, WRITE)
+    save_chunk = _delegate("_streams", Streams.save_chunk, WRITE)  # a streamed answer's segments (journal.streams)
+    stream_chunks = _delegate("_streams", Streams.stream_chunks, READ)
+    turn_state = _delegate("_turns", Turns.turn_state, READ)
 
     # -- dispatch and results (journal.results) --------------------------------------------------
-    dispatch = _delegate("_results", Results.dispatch)
-    put_result = _delegate("_results", Results.put_result)
-    _requested_call = _delegate("_results", Results.requested_call)
+    dispatch = _delegate("_results", Results.dispatch, SYNCED)
+    put_result = _delegate("_results", Results.put_result, WRITE)
+    _requested_call = _delegate("_results", Results.requested_call, READ)
 
     # -- the input queue (journal.queue, journal.claims) -----------------------------------------
-    submit = _delegate("_queue", Queue.submit)
-    submission = _delegate("_queue", Queue.submission)
-    submissions = _delegate("_queue", Queue.submissions)
-    renew = _delegate("_queue", Queue.renew)
-    requeue = _delegate("_queue", Queue.requeue)
-    claim = _delegate("_claims", Claims.claim)
-    fail = _delegate("_claims", Claims.fail)
+    submit = _delegate("_queue", Queue.submit, WRITE)
+    submission = _delegate("_queue", Queue.submission, READ)
+    submissions = _delegate("_queue", Queue.submissions, READ)
+    renew = _delegate("_queue", Queue.renew, WRITE)
+    requeue = _delegate("_queue", Queue.requeue, WRITE)
+    claim = _delegate("_claims", Claims.claim, WRITE)
+    fail = _delegate("_claims", Claims.fail, WRITE)
 
     # -- restart: scan, recovery, the reconciler (journal.recovery, journal.reconcile) -----------
-    scan = _delegate("_recovery", Recovery.scan)
-    open_turns = _delegate("_recovery", Recovery.open_turns)
-    interrupted = _delegate("_recovery", Recovery.interrupted)
-    plan = _delegate("_recovery", Recovery.plan)
-    plan_recovery = _delegate("_recovery", Recovery.plan_recovery)
-    recover = _delegate("_recovery", Recovery.recover)
-    reconcile = _delegate("_reconciler", Reconciler.reconcile)
+    scan = _delegate("_recovery", Recovery.scan, READ)
+    open_turns = _delegate("_recovery", Recovery.open_turns, READ)
+    interrupted = _delegate("_recovery", Recovery.interrupted, READ)
+    plan = _delegate("_recovery", Recovery.plan, READ)
+    plan_recovery = _delegate("_recovery", Recovery.plan_recovery, READ)
+    recover = _delegate("_recovery", Recovery.recover, ALONE)
+    reconcile = _delegate("_reconciler", Reconciler.reconcile, ALONE)
 
     # -- effect classes and the operator path (journal.effects) ----------------------------------
-    recover_effects = _delegate("_effects", Effects.recover_effects)
-    indeterminate = _delegate("_effects", Effects.indeterminate)
-    resolve = _delegate("_effects", Effects.resolve)
+    recover_effects = _delegate("_effects", Effects.recover_effects, ALONE)
+    indeterminate = _delegate("_effects", Effects.indeterminate, READ)
+    resolve = _delegate("_effects", Effects.resolve, WRITE)
 
     # -- the messages view (journal.transcript) --------------------------------------------------
-    messages = _delegate("_transcript", Transcript.messages)
-    provider_view = _delegate("_transcript", Transcript.provider_view)
-    compact = _delegate("_transcript", Transcript.compact)
-    retract = _delegate("_transcript", Transcript.retract)
+    messages = _delegate("_transcript", Transcript.messages, READ)
+    provider_view = _delegate("_transcript", Transcript.provider_view, READ)
+    compact = _delegate("_transcript", Transcript.compact, WRITE)
+    retract = _delegate("_transcript", Transcript.retract, WRITE)
 
     # -- erasing, checking (journal.purge, journal.audit) -----------------------------------------
-    purge = _delegate("_purge", Purge.purge)
-    check = _delegate("_audit", Audit.check)
-    integrity_check = _delegate("_audit", Audit.integrity_check)
+    purge = _delegate("_purge", Purge.purge, ALONE)
+    check = _delegate("_audit", Audit.check, READ)
+    integrity_check = _delegate("_audit", Audit.integrity_check, READ)
 
     # -- the file ----------------------------------------------------------------------------------
 
@@ -166,11 +205,13 @@ class Journal:
     def durability(self) -> Durability:
         return self._store.durability
 
+    @_declared(READ)
     def size_bytes(self) -> int:
         """What the journal takes on disk: the file and its WAL, or on a server its tables and
         indexes."""
         return self._store.size_bytes()
 
+    @_declared(ALONE)
     def checkpoint(self) -> None:
         """Copy the write-ahead log into the main file now (bounds what ``normal`` can lose)."""
         self._store.checkpoint()
@@ -194,6 +235,20 @@ class Journal:
     def __repr__(self) -> str:
         state = "closed" if self._store.closed else self.durability.value
         return f"<Journal {self.path!r} {state}>"
+
+
+def _kinds() -> Mapping[str, Kind]:
+    kinds: dict[str, Kind] = {}
+    for name, value in vars(Journal).items():
+        kind = value.kind if isinstance(value, _Delegate) else getattr(value, _KIND, None)
+        if kind is not None and not name.startswith("_"):
+            kinds[name] = kind
+    return types.MappingProxyType(kinds)
+
+
+# Every public method of ``Journal`` and its kind, read from the declarations above: the one
+# table the async face and its tests read (``path``, ``durability`` and ``close`` are the file's).
+KINDS: Mapping[str, Kind] = _kinds()
 
 
 def open(
@@ -243,7 +298,8 @@ def open(
             from journal.store.postgres import PostgresStore  # psycopg is needed only here
         except ImportError as exc:
             raise ImportError(
-                "a postgresql:// journal needs psycopg 3: install it with  python -m pip install 'agent-journal[postgres]'"
+                "a postgresql:// journal needs psycopg 3: install it with "
+                " python -m pip install 'agent-journal[postgres]'"
             ) from exc
 
         store = PostgresStore(path, durability=level, readonly=readonly, busy_timeout_ms=busy_timeout_ms)

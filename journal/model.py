@@ -7,16 +7,22 @@ keeps the two in step.
 from __future__ import annotations
 
 import enum
+import time
 from typing import Any
 
 import attrs
+
+
+def now_ms() -> int:
+    """The clock every event and row is dated by: milliseconds since the epoch."""
+    return time.time_ns() // 1_000_000
 
 
 class Vocabulary(str, enum.Enum):
     """The base of every vocabulary: a str enum whose str() is its value."""
 
     def __str__(self) -> str:
-        return self.value
+        return str.__str__(self)  # the member is its value (a str)
 
 
 class Durability(Vocabulary):

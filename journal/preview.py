@@ -2,7 +2,7 @@
 
 A viewer shows a few thousand characters of each stored string; a page of the log must not
 decode whole events to show that (a session of 4 MiB messages would cost megabytes a row). The
-store's ``previews_sql`` (one statement written natively for each backend) returns each event's
+store's ``sql.previews`` (one statement written natively for each backend) returns each event's
 seq, type, time and size, and its fields with every string, and every object's or array's JSON
 text, cut to ``chars`` characters inside the database. What was cut is said, never hidden: a cut
 string is a ``Clipped`` (a ``str`` that knows it was cut), and ``Preview.cut`` names its fields.
@@ -16,14 +16,13 @@ from typing import Any
 import attrs
 
 from journal.codec import check_int
-from journal.log import chain_txn, next_seq_txn
+from journal.lineage import chain_txn, next_seq_txn
 from journal.model import Event
 from journal.store import Database, Store
 
 FIELDS_MAX = 64  # fields of one event a preview reads (and calls of one tool_calls list)
 CHARS_MAX = 100_000
 LIMIT_MAX = 10_000
-_SEQ_END = 2**63 - 1  # past every seq: the bound of a session's own, open-ended segment
 
 
 class Clipped(str):
@@ -91,11 +90,8 @@ class Previews:
                 size = min(size, last_n)
             stop = start + size
             out: list[Preview] = []
-            for owner, lo, hi in reversed(chain_txn(db, session_id)):
-                first, last = max(lo, start), min(hi, stop, _SEQ_END)
-                if first >= last:
-                    continue
-                for row in db.execute(db.previews_sql, (owner, first, int(last), cut, FIELDS_MAX)):
+            for owner, first, last in chain_txn(db, session_id, start, stop, newest_first=False):
+                for row in db.execute(db.sql.previews, (owner, first, last, cut, FIELDS_MAX)):
                     out.append(_preview(session_id, row, cut))
             return out
 
@@ -105,16 +101,16 @@ class Previews:
         follower compares two from the same ``Journal`` and reads events only when they differ.
         A change may be anyone's commit, to any session: it says "look", not what changed."""
         with self._store.read() as db:
-            return db.value(db.change_token_sql)
+            return db.value(db.sql.change_token)
 
 
 def previews_at_txn(db: Database, session_id: str, owner: str, seqs: list[int], chars: int) -> list[Preview]:
     """The events of ``owner``'s own segment at ``seqs``, as ``session_id``'s previews cut to
-    ``chars`` characters in SQL (``previews_at_sql``: one index seek a seq), in seq order."""
+    ``chars`` characters in SQL (``sql.previews_at``: one index seek a seq), in seq order."""
     if not seqs:
         return []
     bindings = (owner, min(seqs), max(seqs) + 1, chars, FIELDS_MAX, json.dumps(sorted(set(seqs))))
-    return [_preview(session_id, row, chars) for row in db.execute(db.previews_at_sql, bindings)]
+    return [_preview(session_id, row, chars) for row in db.execute(db.sql.previews_at, bindings)]
 
 
 def _preview(session_id: str, row: tuple[Any, ...], chars: int) -> Preview:

@@ -15,6 +15,7 @@ from typing import Protocol
 
 import attrs
 
+from journal import lineage
 from journal import log as _log
 from journal.errors import SessionHasForks
 from journal.log import Log
@@ -45,8 +46,8 @@ class Purge:
     def purge(self, session_id: str, *, copy_forks: bool = False) -> PurgeResult:
         """Erase a session and everything derived from it, in one transaction."""
         with self._store.write("purge") as db:
-            _log.next_seq_txn(db, session_id)  # SessionNotFound
-            readers = self._log.forks_reading_txn(db, session_id)
+            lineage.next_seq_txn(db, session_id)  # SessionNotFound
+            readers = lineage.forks_reading_txn(db, session_id)
             if readers and not copy_forks:
                 raise SessionHasForks(session_id, tuple(fork_id for fork_id, _ in readers))
             for fork_id, seed in readers:

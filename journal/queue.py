@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from journal import lineage
 from journal import log as _log
 from journal.codec import MAX_DURATION_MS, check_int, check_number, check_text
 from journal.errors import InvalidArgument, LeaseLost, SubmissionExists, SubmissionNotFound
@@ -27,7 +28,7 @@ from journal.log import Log
 from journal.model import StaleReason, SubmissionState
 from journal.owners import owner_is_dead
 from journal.pure.classify import ResumeMode
-from journal.store import Database, Store, UniqueViolation
+from journal.store import Database, Statements, Store, UniqueViolation
 
 if TYPE_CHECKING:
     from journal.claims import Claim
@@ -96,7 +97,8 @@ class SubmissionInfo:
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...], reason: StaleReason) -> SubmissionInfo:
-        return cls(row[0], row[1], SubmissionState(row[2]), *row[3:], reason=reason)
+        attempt, max_attempts, owner, expires_ms, input_seq = row[3:8]
+        return cls(row[0], row[1], SubmissionState(row[2]), attempt, max_attempts, owner, expires_ms, input_seq, reason)
 
 
 def check_lease_ms(lease_ms: object) -> int:
@@ -137,19 +139,40 @@ def transition_txn(
     if (from_, to) not in TRANSITIONS:
         raise AssertionError(f"a submission never goes from {from_.value} to {to.value}")
     owner, expires = lease if lease is not None else (None, None)
-    sets = "state = ?, attempt = ?, lease_owner = ?, lease_expires_ms = ?, updated_ms = ?"
     args: list[Any] = [to.value, attempt + 1 if to is _R else attempt, owner, expires, now]
     if outcome is not _KEEP:
-        sets += ", outcome = ?"
         args.append(outcome)
     if resume_mode is not _KEEP:
-        sets += ", resume_mode = ?"
         args.append(None if resume_mode is None else resume_mode.value)
     db.execute(
-        f"UPDATE submissions SET {sets} WHERE id = ? AND state = ? AND attempt = ?",
+        _transition_sql(outcome=outcome is not _KEEP, resume_mode=resume_mode is not _KEEP),
         (*args, submission_id, from_.value, attempt),
     )
     return db.changes() == 1
+
+
+def _transition_sql(*, outcome: bool, resume_mode: bool) -> str:
+    """``transition_txn``'s compare-and-set, setting the outcome and the resume mode too if asked."""
+    sets = "state = ?, attempt = ?, lease_owner = ?, lease_expires_ms = ?, updated_ms = ?"
+    sets += ", outcome = ?" if outcome else ""
+    sets += ", resume_mode = ?" if resume_mode else ""
+    return f"UPDATE submissions SET {sets} WHERE id = ? AND state = ? AND attempt = ?"
+
+
+def _submissions_sql(*, session: bool, state: bool) -> str:
+    """``submissions()``'s read, of one session and in one state if asked, in submission order."""
+    clauses = [c for c, wanted in (("session_id = ?", session), ("state = ?", state)) if wanted]
+    where = f"WHERE {' AND '.join(clauses)} " if clauses else ""
+    return f"SELECT {_COLUMNS} FROM submissions {where}ORDER BY ordinal"
+
+
+def statement_shapes(sql: Statements) -> list[str]:
+    """One statement of each shape this module builds at run time (``tests/test_statements.py``
+    prepares them on both backends)."""
+    flags = [(a, b) for a in (False, True) for b in (False, True)]
+    return [_transition_sql(outcome=a, resume_mode=b) for a, b in flags] + [
+        _submissions_sql(session=a, state=b) for a, b in flags
+    ]
 
 
 def is_stale(sub: Submission | SubmissionInfo, now: int) -> bool:
@@ -203,7 +226,7 @@ class Queue:
         queued = [
             SubmissionInfo.from_row(row, StaleReason.QUEUED)
             for row in db.execute(
-                f"SELECT {_INFO_COLUMNS} FROM submissions WHERE state = 'queued' ORDER BY session_id, rowid"
+                f"SELECT {_INFO_COLUMNS} FROM submissions WHERE state = 'queued' ORDER BY session_id, ordinal"
             )
         ]
         return stale, queued
@@ -237,14 +260,13 @@ class Queue:
         submission_id = uuid.uuid4().hex if id is None else _check_submission_id(id)
         now = _log.now_ms()
         with self._store.write("submit", sessions=(session_id,)) as db:
-            _log.next_seq_txn(db, session_id)
+            lineage.next_seq_txn(db, session_id)
             try:
                 db.execute(
-                    "INSERT INTO submissions (id, session_id, type, data, state, max_attempts, timeout_s, "
-                    "created_ms, updated_ms) VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?)",
+                    db.sql.insert_submission,
                     (submission_id, session_id, type, text, max_attempts, float(timeout_s), now, now),
                 )
-            except UniqueViolation:  # the primary key: the one unique key of the table
+            except UniqueViolation:  # the primary key (the store gives each ordinal once)
                 raise SubmissionExists(submission_id) from None
             return get_txn(db, submission_id)
 
@@ -256,24 +278,19 @@ class Queue:
 
     def submissions(self, session_id: str | None = None, *, state: str | None = None) -> list[Submission]:
         """Submissions, oldest first (optionally of one session, or in one state)."""
-        clauses, args = [], []
+        args = []
         if session_id is not None:
-            clauses.append("session_id = ?")
             args.append(check_text("session_id", session_id))
         if state is not None:
-            clauses.append("state = ?")
             try:
                 args.append(SubmissionState(state).value)
             except ValueError:
                 raise InvalidArgument(
                     "state", f"must be one of {[s.value for s in SubmissionState]}, not {state!r}"
                 ) from None
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        sql = _submissions_sql(session=session_id is not None, state=state is not None)
         with self._store.read() as db:
-            return [
-                Submission.from_row(row)
-                for row in db.execute(f"SELECT {_COLUMNS} FROM submissions {where} ORDER BY rowid", args)
-            ]
+            return [Submission.from_row(row) for row in db.execute(sql, args)]
 
     def renew(self, claim: Claim, *, lease_ms: int = DEFAULT_LEASE_MS) -> None:
         """Extend the claim's lease from now."""

@@ -26,8 +26,10 @@ from typing import Any
 
 import attrs
 
+from journal import lineage
 from journal import log as _log
 from journal import queue as _queue
+from journal import streams as _streams
 from journal.codec import MAX_CLOCK_MS, check_int, check_number
 from journal.effects import Effects
 from journal.errors import InvalidArgument
@@ -44,7 +46,7 @@ from journal.pure.classify import (
 from journal.pure.plan import synthetic_result
 from journal.queue import Queue, Submission
 from journal.recovery import Recovery
-from journal.results import put_result_txn
+from journal.results import call_seqs_txn, put_result_txn
 from journal.store import Database, Store
 from journal.tools import ToolRegistry
 from journal.turns import Turns, TurnState, turn_row_txn
@@ -132,8 +134,10 @@ class Reconciler:
             return Decision(
                 sub.id, sub.session_id, DecisionAction.SKIPPED, state_kind, sub.attempt, reason="not stale any more"
             )
-        following = None if sub.input_seq is None else _log.read_events_txn(db, sub.session_id, sub.input_seq + 1)
-        if sub.input_seq is not None and not _log.read_events_txn(db, sub.session_id, sub.input_seq, sub.input_seq + 1):
+        following = None if sub.input_seq is None else lineage.read_events_txn(db, sub.session_id, sub.input_seq + 1)
+        if sub.input_seq is not None and not lineage.read_events_txn(
+            db, sub.session_id, sub.input_seq, sub.input_seq + 1
+        ):
             following = None
         state = classify_submission_state(following, context_window=context_window)
         act = _Act(self, db, sub, now, state.kind)
@@ -155,7 +159,7 @@ class Reconciler:
             if (
                 turn.phase is Phase.PROVIDER_STARTED
                 and turn.stream_key
-                and self._turns.unconsumed_chunks_txn(db, turn.stream_key)
+                and _streams.unconsumed_chunks_txn(db, turn.stream_key)
             ):  # 3
                 act.continue_stream(turn)
             elif turn.phase is Phase.TOOL_REQUEST_RECORDED:  # 5
@@ -230,22 +234,22 @@ class _Act:
 
     def continue_stream(self, turn: TurnState) -> None:
         assert turn.stream_key is not None
-        chunks = self.parts._turns.unconsumed_chunks_txn(self.db, turn.stream_key)
+        chunks = _streams.unconsumed_chunks_txn(self.db, turn.stream_key)
         self._append("assistant_message", {"content": "".join(chunks), "stop_reason": "aborted"})
         self._append("stream_interrupted", {"stream_key": turn.stream_key, "chunks": len(chunks)})
         self._append("stream_continued", {"stream_key": turn.stream_key})
-        self.parts._turns.consume_chunks_txn(self.db, turn.stream_key)
+        _streams.consume_chunks_txn(self.db, turn.stream_key)
 
     def repair_tool_request(self, turn: TurnState) -> TurnState:
         """Synthetic results for the request's calls still without one; the step closed."""
         for call in _calls(turn.tool_request):
-            if _log.result_seq_txn(self.db, self.sub.session_id, call["id"]) is not None:
+            _requested, dispatched, answered = call_seqs_txn(self.db, self.sub.session_id, call["id"])
+            if answered is not None:
                 continue
-            dispatched = _log.dispatch_seq_txn(self.db, self.sub.session_id, call["id"]) is not None
-            risk = Risk.TOOL_OUTCOME_UNKNOWN if dispatched else Risk.TOOL_NOT_STARTED
+            risk = Risk.TOOL_OUTCOME_UNKNOWN if dispatched is not None else Risk.TOOL_NOT_STARTED
             repair = synthetic_result(call["id"], call.get("name"), risk, source="reconciler")
             text = self.parts._log.codec.encode("tool_result", repair.data)
-            outcome = put_result_txn(self.db, self.sub.session_id, call["id"], text, self.now)
+            outcome = put_result_txn(self.db, self.parts._log, self.sub.session_id, call["id"], text, self.now)
             if outcome.won:
                 self.appended.append(outcome.event)
         if turn.step_open:
@@ -253,7 +257,7 @@ class _Act:
         return attrs.evolve(turn, step_open=False)
 
     def new_attempt(self, context_window: int, turn: TurnState | None) -> Decision:
-        following = _log.read_events_txn(self.db, self.sub.session_id, (self.sub.input_seq or 0) + 1)
+        following = lineage.read_events_txn(self.db, self.sub.session_id, (self.sub.input_seq or 0) + 1)
         state = classify_submission_state(following, context_window=context_window)
         mode = state.mode if isinstance(state, Resume) else ResumeMode.INPUT_ONLY
         if turn is not None:

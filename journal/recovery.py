@@ -24,9 +24,10 @@ from typing import Any
 
 import attrs
 
+from journal import lineage
 from journal import log as _log
 from journal.codec import check_text
-from journal.effects import Effects, IndeterminateCall, OperatorCallback
+from journal.effects import Effects, IndeterminateCall
 from journal.errors import InvalidArgument, SessionNotFound
 from journal.log import Log
 from journal.model import Event, Phase, SubmissionState, Vocabulary
@@ -34,9 +35,9 @@ from journal.owners import held_elsewhere
 from journal.pure.plan import Before, Repair, interrupted, open_turns, plan, synthetic_result
 from journal.queue import Queue, SubmissionInfo
 from journal.recovery_batch import recover_common_txn
-from journal.results import PendingCall, pending_calls_txn, put_result_txn
+from journal.results import PendingCall, inherited_seqs_txn, pending_calls_txn, put_result_txn
 from journal.store import Database, Store
-from journal.tools import ToolRegistry
+from journal.tools import OperatorCallback, ToolRegistry
 
 __all__ = [
     "Before",
@@ -142,35 +143,7 @@ class RecoveryResult:
         }
 
 
-_OPEN_TURNS = (
-    "SELECT t.session_id, t.start_seq, t.turn, t.phase, t.attempt, t.submission_id, t.owner, "
-    "q.state, q.lease_owner, q.lease_expires_ms FROM turn_journal AS t INDEXED BY turn_journal_open "
-    "LEFT JOIN submissions AS q ON q.id = t.submission_id WHERE t.end_seq IS NULL"
-)
-# Every open turn with the calls it owes, in one statement: a turn owing nothing gives one row
-# whose call columns are NULL.
-_OPEN_TURNS_OWING = (
-    "SELECT t.session_id, t.start_seq, t.turn, t.phase, t.attempt, t.submission_id, t.owner, "
-    "q.state, q.lease_owner, q.lease_expires_ms, c.call_id, c.name, c.requested_seq, c.dispatch_seq "
-    "FROM turn_journal AS t INDEXED BY turn_journal_open "
-    "LEFT JOIN submissions AS q ON q.id = t.submission_id "
-    "LEFT JOIN tool_calls AS c INDEXED BY tool_calls_owed ON c.session_id = t.session_id AND c.result_seq IS NULL "
-    "AND coalesce(c.requested_seq, c.dispatch_seq) >= t.start_seq "
-    "WHERE t.end_seq IS NULL "
-    "ORDER BY t.session_id, t.start_seq, coalesce(c.requested_seq, c.dispatch_seq), c.call_id"
-)
-_INTERRUPTED_SESSIONS = "SELECT DISTINCT session_id FROM turn_journal INDEXED BY turn_journal_open WHERE end_seq IS NULL ORDER BY session_id"
-# The session's seed length and the start of its outermost open turn (NULL: nothing open); no
-# row: no such session.
-_OUTERMOST_OPEN = (
-    "SELECT seed_length, (SELECT min(start_seq) FROM turn_journal INDEXED BY turn_journal_open "
-    "WHERE session_id = s.id AND end_seq IS NULL) FROM sessions AS s WHERE s.id = ? AND s.purged_ms IS NULL"
-)
 _OWN_EVENTS_FROM = "SELECT seq, type, data, time_ms FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq"
-_CALL_SEQS = (
-    "SELECT call_id, requested_seq, dispatch_seq, result_seq FROM tool_calls "
-    "WHERE session_id = ? AND call_id IN (SELECT value FROM json_each(?))"
-)
 
 
 def _held(
@@ -189,9 +162,9 @@ def held_by_txn(db: Database, session_ids: list[str], now: int) -> dict[str, str
     """The sessions among these with an open turn whose owner may still be driving it, and that
     owner: one statement, whatever the number of sessions."""
     held: dict[str, str] = {}
-    rows = db.execute(_OPEN_TURNS + " AND t.session_id IN (SELECT value FROM json_each(?))", (json.dumps(session_ids),))
-    for session_id, _start, _turn, _phase, _attempt, _sub, owner, *lease in rows:
-        if session_id not in held and _held(owner, *lease, now):
+    rows = db.execute(db.sql.open_turns_of, (json.dumps(session_ids),))
+    for session_id, _start, _turn, _phase, _attempt, _sub, owner, sub_state, lease_owner, expires_ms in rows:
+        if session_id not in held and _held(owner, sub_state, lease_owner, expires_ms, now):
             held[session_id] = owner
     return held
 
@@ -220,7 +193,7 @@ def open_turns_txn(db: Database) -> list[OpenTurn]:
         name,
         req,
         disp,
-    ) in db.execute(_OPEN_TURNS_OWING):
+    ) in db.execute(db.sql.open_turns_owing):
         if not head or start != head[1] or sid != head[0]:  # a turn's rows come together (ORDER BY)
             if head:
                 turns.append(_open_turn(head, owed, now))
@@ -233,8 +206,9 @@ def open_turns_txn(db: Database) -> list[OpenTurn]:
 
 
 def _open_turn(head: tuple[Any, ...], owed: list[OwedCall], now: int) -> OpenTurn:
-    sid, start, number, phase, attempt, sub_id, owner, *lease = head
-    return OpenTurn(sid, start, number, _PHASES[phase], attempt, sub_id, tuple(owed), owner, _held(owner, *lease, now))
+    sid, start, number, phase, attempt, sub_id, owner, sub_state, lease_owner, expires_ms = head
+    held = _held(owner, sub_state, lease_owner, expires_ms, now)
+    return OpenTurn(sid, start, number, _PHASES[phase], attempt, sub_id, tuple(owed), owner, held)
 
 
 def before_txn(db: Database, session_id: str, start: int, call_ids: set[str], *, fork: bool) -> Before:
@@ -243,13 +217,13 @@ def before_txn(db: Database, session_id: str, start: int, call_ids: set[str], *,
     seqs = {
         call_id: (requested, dispatched, answered)
         for call_id, requested, dispatched, answered in db.execute(
-            _CALL_SEQS, (session_id, json.dumps(sorted(call_ids)))
+            db.sql.call_seqs, (session_id, json.dumps(sorted(call_ids)))
         )
     }
     if fork:
         # A fork: its parent's log (up to the fork point) comes before all of its own events.
         for call_id in call_ids:
-            inherited = _inherited_seqs_txn(db, session_id, call_id)
+            inherited = inherited_seqs_txn(db, session_id, call_id)
             own = seqs.get(call_id, (None, None, None))
             seqs[call_id] = tuple(i if i is not None else o for i, o in zip(inherited, own))  # type: ignore[assignment]
 
@@ -263,25 +237,10 @@ def before_txn(db: Database, session_id: str, start: int, call_ids: set[str], *,
     )
 
 
-def _inherited_seqs_txn(db: Database, session_id: str, call_id: str) -> tuple[int | None, int | None, int | None]:
-    """The seqs that requested, dispatched and answered the call in the part of the log a fork
-    reads through its ancestors (each below the point where the next one forked)."""
-    found: list[int | None] = [None, None, None]
-    for owner, _lo, hi in reversed(_log.chain_txn(db, session_id)[1:]):  # oldest ancestor first
-        row = db.one(
-            "SELECT requested_seq, dispatch_seq, result_seq FROM tool_calls WHERE session_id = ? AND call_id = ?",
-            (owner, call_id),
-        )
-        for i, seq in enumerate(row or ()):
-            if found[i] is None and seq is not None and seq < hi:
-                found[i] = seq
-    return found[0], found[1], found[2]
-
-
 def plan_txn(db: Database, session_id: str) -> list[Repair]:
     """The session's repairs, planned from its open work: the events from the outermost open turn
     on, and ``before_txn``. ``SessionNotFound`` for an unknown session."""
-    row = db.one(_OUTERMOST_OPEN, (session_id,))
+    row = db.one(db.sql.outermost_open, (session_id,))
     if row is None:
         raise SessionNotFound(session_id)
     seed, start = row
@@ -289,7 +248,7 @@ def plan_txn(db: Database, session_id: str) -> list[Repair]:
         return []
     # A fork's inherited prefix never holds an open turn (G11): the window is the session's own.
     events = [
-        Event(session_id, *r[:2], json.loads(r[2]), r[3]) for r in db.execute(_OWN_EVENTS_FROM, (session_id, start))
+        Event(session_id, r[0], r[1], json.loads(r[2]), r[3]) for r in db.execute(_OWN_EVENTS_FROM, (session_id, start))
     ]
     repairs = plan(events)
     # Only a call the window alone says is owed can be changed by the log before it: sighted or
@@ -332,7 +291,9 @@ class Recovery:
 
     def open_turns(self, session_id: str) -> list[Event]:
         """The session's ``turn_start`` events that never got a ``turn_end``, innermost first."""
-        return open_turns(self._log.events(session_id))
+        with self._store.read() as db:
+            events = lineage.read_events_txn(db, session_id)
+        return open_turns(events)
 
     def interrupted(self, session_id: str) -> bool:
         """Whether the session was left mid-turn (a crash to repair)."""
@@ -352,7 +313,7 @@ class Recovery:
             if session_id is None:
                 targets = list(dict.fromkeys(t.session_id for t in open_turns_txn(db)))
             else:
-                _log.next_seq_txn(db, session_id)  # SessionNotFound for an unknown id
+                lineage.next_seq_txn(db, session_id)  # SessionNotFound for an unknown id
                 targets = [session_id]
             held = {} if force else held_by_txn(db, targets, now)
             return [
@@ -413,7 +374,7 @@ class Recovery:
             targets = report.sessions
         else:
             with self._store.read() as db:
-                targets = [sid for (sid,) in db.execute(_INTERRUPTED_SESSIONS)]
+                targets = [sid for (sid,) in db.execute(db.sql.interrupted_sessions)]
         results: list[RecoveryResult] = []
         size = max(1, self.batch_sessions)
         for first in range(0, len(targets), size):
@@ -457,7 +418,9 @@ class Recovery:
         for repair in plan_txn(db, session_id):
             if repair.type == "tool_result":
                 text, data = self._log.codec.encode_copy("tool_result", repair.data)
-                outcome = put_result_txn(db, session_id, repair.data["tool_call_id"], text, time_ms, data=data)
+                outcome = put_result_txn(
+                    db, self._log, session_id, repair.data["tool_call_id"], text, time_ms, data=data
+                )
                 if outcome.won:
                     appended.append(outcome.event)
             else:

@@ -2,7 +2,7 @@
 
 The common case is a session that is not a fork, with one open turn and nothing nested in it,
 each call it owes first seen in one of its assistant messages. For those sessions one statement
-(the store's ``open_work_sql``) reads the whole batch's open work from the derived tables and
+(the store's ``sql.open_work``) reads the whole batch's open work from the derived tables and
 the open turns' own events, the risks follow from it without reading the log (DESIGN §7(2)), and
 one ``executemany`` appends every session's synthetic results and ``turn_end``; the schema's
 triggers keep the turn journal and the tool-call states exactly as for any other append.
@@ -12,7 +12,7 @@ this module hands back to the caller: forks (calls inherited through the parent)
 doubled turns, a call first seen by its dispatch, a request whose tool name is not text, a turn
 that owes calls, recorded no dispatch and closed a step (rule 3 needs where each step opened and
 closed), an event too large for the journal's limit, and sessions with no open turn (purged,
-unknown, or repaired since the scan). A backend without the statement (``open_work_sql`` is
+unknown, or repaired since the scan). A backend without the statement (``sql.open_work`` is
 ``None``: PostgreSQL) hands back every session.
 
 Run inside the caller's write transaction: the plan is made from what that transaction sees, so
@@ -43,7 +43,7 @@ def recover_common_txn(
 ) -> tuple[dict[str, list[Event]], list[str]]:
     """Repair the common-case sessions among these inside the caller's transaction: what was
     appended to each, and the sessions left for the planner (in the order given)."""
-    sql = db.open_work_sql
+    sql = db.sql.open_work
     if sql is None or not session_ids:
         return {}, list(session_ids)
     turns: dict[str, list[Any]] = {}

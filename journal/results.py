@@ -13,20 +13,29 @@ replacing the first.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
-from journal import log as _log
+from journal import lineage
 from journal.codec import MAX_CALL_ID, check_id
 from journal.errors import AlreadyDispatched, LeaseLost, NoOpenTurn, ResultExists, SchemaViolation, UnknownToolCall
-from journal.log import Log
-from journal.model import CallState, Event
+from journal.model import CallState, Event, now_ms
 from journal.store import Database, Store
+from journal.turns import turn_before_txn
 
 if TYPE_CHECKING:
-    from journal.engine import Journal
+    from journal.log import Log
     from journal.turns import Turn
+
+# The seqs that requested, dispatched and answered a call: its own ``tool_calls`` row, with the
+# session's seed_length (no row: no such session; NULL seqs: not in its own events).
+_OWN_SEQS = (
+    "SELECT seed_length, c.requested_seq, c.dispatch_seq, c.result_seq FROM sessions AS s "
+    "LEFT JOIN tool_calls AS c ON c.session_id = s.id AND c.call_id = ?2 WHERE s.id = ?1"
+)
+_SEQS = "SELECT requested_seq, dispatch_seq, result_seq FROM tool_calls WHERE session_id = ? AND call_id = ?"
+CallSeqs = tuple[int | None, int | None, int | None]
 
 
 @attrs.frozen
@@ -39,17 +48,34 @@ class PutResult:
     late: Event | None = None
 
 
+class ResultCalls(Protocol):
+    """What a ``Dispatch`` calls back into (a ``Journal``): ``put_result``, and nothing of the
+    facade beyond it."""
+
+    def put_result(
+        self,
+        session_id: str,
+        call_id: str,
+        content: Any,
+        *,
+        is_error: bool = ...,
+        name: str | None = ...,
+        metadata: dict[str, Any] | None = ...,
+    ) -> PutResult: ...
+
+
 @attrs.define
 class Dispatch:
     """A committed dispatch: the ``tool_call`` event, and a way to record the call's result."""
 
-    journal: Journal = attrs.field(repr=False)
+    journal: ResultCalls = attrs.field(repr=False)
     event: Event
     outcome: PutResult | None = None
 
     @property
     def call_id(self) -> str:
-        return self.event.data["id"]
+        call_id: str = self.event.data["id"]  # a dispatch's id (the codec checks it)
+        return call_id
 
     @property
     def arguments(self) -> Any:
@@ -68,8 +94,51 @@ class Dispatch:
         return None
 
 
+def inherited_seqs_txn(db: Database, session_id: str, call_id: str) -> CallSeqs:
+    """The seqs that requested, dispatched and answered the call in the part of the log a fork
+    reads through its ancestors (each below the point where the next one forked)."""
+    found: list[int | None] = [None, None, None]
+    for owner, _lo, hi in lineage.chain_txn(db, session_id)[1:]:
+        row = db.one(_SEQS, (owner, call_id))
+        for i, seq in enumerate(row or ()):
+            if found[i] is None and seq is not None and seq < hi:
+                found[i] = seq
+    return found[0], found[1], found[2]
+
+
+def call_seqs_txn(db: Database, session_id: str, call_id: str) -> CallSeqs:
+    """The seqs that requested, dispatched and answered the call, its own first, then through
+    the fork chain (one read for a session that is not a fork, or whose own row says all)."""
+    row = db.one(_OWN_SEQS, (session_id, call_id))
+    if row is None:
+        return None, None, None
+    seed, requested, dispatched, answered = row
+    if seed and None in (requested, dispatched, answered):
+        inherited = inherited_seqs_txn(db, session_id, call_id)
+        requested, dispatched, answered = (
+            own if own is not None else parents for own, parents in zip((requested, dispatched, answered), inherited)
+        )
+    return requested, dispatched, answered
+
+
+def result_seq_txn(db: Database, session_id: str, call_id: str) -> int | None:
+    """The seq of the call's result (its own or inherited), or ``None``."""
+    return call_seqs_txn(db, session_id, call_id)[2]
+
+
+def dispatch_seq_txn(db: Database, session_id: str, call_id: str) -> int | None:
+    """The seq of the call's dispatch (its own or inherited), or ``None``."""
+    return call_seqs_txn(db, session_id, call_id)[1]
+
+
+def same_result(winner: dict[str, Any], loser: dict[str, Any]) -> bool:
+    """Whether a second result for a call says the same as the stored one (then it is not kept)."""
+    keys = ("content", "is_error", "name", "metadata")
+    return all(winner.get(k) == loser.get(k) for k in keys)
+
+
 def _event_at_txn(db: Database, session_id: str, seq: int) -> Event:
-    for event in _log.read_events_txn(db, session_id, seq, seq + 1):
+    for event in lineage.read_events_txn(db, session_id, seq, seq + 1):
         return event
     raise AssertionError(f"no event at seq {seq} of {session_id!r}")  # pragma: no cover
 
@@ -81,7 +150,7 @@ def requested_call_txn(db: Database, session_id: str, call_id: str) -> dict[str,
 
 def _requested_txn(db: Database, session_id: str, call_id: str) -> tuple[int, dict[str, Any]]:
     """The seq of the assistant message that requested the call, and the call itself."""
-    seq = _log.requested_seq_txn(db, session_id, call_id)
+    seq = call_seqs_txn(db, session_id, call_id)[0]
     if seq is None:
         raise UnknownToolCall(session_id, call_id)
     message = _event_at_txn(db, session_id, seq)
@@ -94,12 +163,8 @@ def _requested_txn(db: Database, session_id: str, call_id: str) -> tuple[int, di
 def _check_turn_txn(db: Database, session_id: str, requested_seq: int, turn: Turn | None) -> None:
     """A call requested inside a turn may be dispatched only while that turn is open (and, with a
     handle, by the attempt that holds it): a turn closed by recovery runs no more tools."""
-    row = db.one(
-        "SELECT start_seq, end_seq, attempt FROM turn_journal WHERE session_id = ? AND start_seq <= ? "
-        "ORDER BY start_seq DESC LIMIT 1",
-        (session_id, requested_seq),
-    )
-    start_seq, end_seq, attempt = row if row is not None else (None, None, None)
+    row = turn_before_txn(db, session_id, requested_seq)
+    start_seq, end_seq, _outer, attempt = row if row is not None else (None, None, None, None)
     inside = row is not None and (end_seq is None or end_seq > requested_seq)
     if not inside:
         # Outside a turn nothing would close the call after a crash (recovery closes turns):
@@ -175,7 +240,7 @@ def call_row_txn(db: Database, session_id: str, call_id: str) -> CallRow | None:
 class Results:
     """``dispatch`` and ``put_result``."""
 
-    def __init__(self, journal: Journal, store: Store, log: Log) -> None:
+    def __init__(self, journal: ResultCalls, store: Store, log: Log) -> None:
         self._journal = journal  # what the handles call back into
         self._store = store
         self._log = log
@@ -200,7 +265,7 @@ class Results:
     def requested_call(self, session_id: str, call_id: str) -> dict[str, Any]:
         """The ``{id, name, arguments}`` an assistant message of the session requested."""
         with self._store.read() as db:
-            _log.next_seq_txn(db, session_id)  # SessionNotFound first
+            lineage.next_seq_txn(db, session_id)  # SessionNotFound first
             return requested_call_txn(db, session_id, call_id)
 
     def dispatch(
@@ -225,15 +290,15 @@ class Results:
         ``.result(...)`` inside it.
         """
         check_id("call_id", call_id, MAX_CALL_ID)
-        time_ms = _log.now_ms()
+        time_ms = now_ms()
         # Synced even under durability="normal": the tool runs next, and a power cut must not
         # take the record of a dispatch whose side effect stays (G6).
         with self._store.write("dispatch", synced=True, sessions=(session_id,)) as db:
             requested_seq, call = _requested_txn(db, session_id, call_id)
-            dispatched = _log.dispatch_seq_txn(db, session_id, call_id)
+            _requested, dispatched, answered = call_seqs_txn(db, session_id, call_id)
             if dispatched is not None:
                 raise AlreadyDispatched(session_id, call_id, dispatched)
-            if _log.result_seq_txn(db, session_id, call_id) is not None:
+            if answered is not None:
                 raise ResultExists(session_id, call_id)
             _check_turn_txn(db, session_id, requested_seq, turn)
             data: dict[str, Any] = {"id": call_id, "name": call.get("name")}
@@ -243,8 +308,8 @@ class Results:
                 if value is not None:
                     data[key] = value
             text = self._log.codec.encode("tool_call", data)
-            seq = _log.next_seq_txn(db, session_id)
-            _log.insert_txn(db, session_id, seq, "tool_call", text, time_ms, call_id=call_id)
+            seq = lineage.next_seq_txn(db, session_id)
+            self._log.insert_txn(db, session_id, seq, "tool_call", text, time_ms, call_id=call_id, checked=True)
         return Dispatch(self._journal, Event(session_id, seq, "tool_call", json.loads(text), time_ms))
 
     def put_result(
@@ -271,32 +336,39 @@ class Results:
         if metadata is not None:
             data["metadata"] = metadata
         text = self._log.codec.encode("tool_result", data)
-        time_ms = _log.now_ms()
+        time_ms = now_ms()
         with self._store.write("put_result", sessions=(session_id,)) as db:
-            outcome = put_result_txn(db, session_id, call_id, text, time_ms)
+            outcome = put_result_txn(db, self._log, session_id, call_id, text, time_ms)
         return outcome
 
 
 def put_result_txn(
-    db: Database, session_id: str, call_id: str, text: str, time_ms: int, *, data: dict[str, Any] | None = None
+    db: Database,
+    log: Log,
+    session_id: str,
+    call_id: str,
+    text: str,
+    time_ms: int,
+    *,
+    data: dict[str, Any] | None = None,
 ) -> PutResult:
-    """First-write-wins insert of an encoded ``tool_result`` inside the caller's transaction
-    (``data``: what ``text`` decodes to, when the caller has it from the codec)."""
-    requested, dispatched, winner_seq = _log.call_seqs_txn(db, session_id, call_id)
+    """First-write-wins insert of an encoded ``tool_result`` inside the caller's transaction,
+    appended through ``log`` (``data``: what ``text`` decodes to, when the caller has it)."""
+    requested, dispatched, winner_seq = call_seqs_txn(db, session_id, call_id)
     if requested is None and dispatched is None:
         raise UnknownToolCall(session_id, call_id)
-    seq = _log.next_seq_in_txn(db, session_id)
+    seq = lineage.next_seq_in_txn(db, session_id)
     if winner_seq is None:
         # No result anywhere, read in this transaction: the unique index keeps it first.
-        _log.insert_txn(db, session_id, seq, "tool_result", text, time_ms, call_id=call_id, unanswered=True)
+        log.insert_txn(db, session_id, seq, "tool_result", text, time_ms, call_id=call_id, checked=True)
         return PutResult(
             Event(session_id, seq, "tool_result", json.loads(text) if data is None else data, time_ms), won=True
         )
     winner = _event_at_txn(db, session_id, winner_seq)
     loser = json.loads(text)
-    if _log.same_result(winner.data, loser):
+    if same_result(winner.data, loser):
         return PutResult(winner, won=False)
     # The loser's data, verbatim: it was validated as a result already (under the journal's size
     # limit), and a late result's one required field is a result's too.
-    _log.insert_txn(db, session_id, seq, "tool_result_late", text, time_ms)
+    log.insert_txn(db, session_id, seq, "tool_result_late", text, time_ms)
     return PutResult(winner, won=False, late=Event(session_id, seq, "tool_result_late", loser, time_ms))

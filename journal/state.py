@@ -24,20 +24,13 @@ from typing import Any
 
 from journal.codec import MAX_KEY, Codec, check_id
 from journal.errors import InvalidArgument
-from journal.store import Database
+from journal.lineage import SEQ_END, Segment
+from journal.store import Database, Statements
 
 _INSERT = "INSERT INTO state (session_id, key, at, kind, value) VALUES (?, ?, ?, ?, ?)"
 # The keys of a session's rows, one index seek each (not a walk of every version).
 _FIRST_KEY = "SELECT min(key) FROM state WHERE session_id = ?"
 _NEXT_KEY = "SELECT min(key) FROM state WHERE session_id = ? AND key > ?"
-_LATEST = (
-    "SELECT kind, value FROM state INDEXED BY state_at WHERE session_id = ? AND key = ? AND at <= ? "
-    "ORDER BY at DESC, id DESC LIMIT 1"
-)
-_AT_END = 2**63 - 1
-
-# A chain segment, as ``journal.log.chain_txn`` gives them: events of `owner` with lo <= seq < hi.
-Segment = tuple[str, int, float]
 
 
 def check_key(key: object, name: str = "key") -> str:
@@ -65,13 +58,10 @@ def encode_values(codec: Codec, values: object) -> list[tuple[str, str, Any]]:
 
 
 def write_txn(db: Database, session_id: str, at: int, encoded: Iterable[tuple[str, str, Any]]) -> None:
-    """New versions of the given keys, dated ``at``, inside the caller's transaction. (On
-    PostgreSQL every value is bytes: a JSON value's UTF-8 text; ``_decoded`` reads both.)"""
-    text = db.dialect == "sqlite"
-    rows = [
-        (session_id, key, at, kind, value if text or kind == "bytes" else value.encode())
-        for key, kind, value in encoded
-    ]
+    """New versions of the given keys, dated ``at``, inside the caller's transaction. Every
+    value is stored as bytes, on both backends: a JSON value as its UTF-8 text (``_decoded``
+    also reads the text a version-6 file kept)."""
+    rows = [(session_id, key, at, kind, value if kind == "bytes" else value.encode()) for key, kind, value in encoded]
     db.executemany(_INSERT, rows)
 
 
@@ -80,7 +70,7 @@ def read_txn(
 ) -> dict[str, Any]:
     """The latest value of each key (of ``keys``, or every key) as of seq ``as_of`` (or now),
     through the fork chain ``segments`` (newest owner first): one index seek per key and owner."""
-    rows = _latest_txn(db, segments, keys, _AT_END if as_of is None else as_of + 1)
+    rows = _latest_txn(db, segments, keys, SEQ_END if as_of is None else as_of + 1)
     return {key: _decoded(kind, value) for key, (kind, value) in sorted(rows.items())}
 
 
@@ -100,10 +90,10 @@ def _latest_txn(
     wanted = None if keys is None else list(keys)
     for index, (owner, _lo, hi) in enumerate(segments):
         # An ancestor's rows count only below the fork point: the fork's own copy holds those at it.
-        limit = bound if index == 0 else min(bound, int(hi) - 1)
+        limit = bound if index == 0 else min(bound, hi - 1)
         for key in wanted if wanted is not None else _keys(db, owner):
             if key not in out:
-                row = db.one(_LATEST, (owner, key, limit))
+                row = db.one(db.sql.state_latest, (owner, key, limit))
                 if row is not None:
                     out[key] = (row[0], row[1])
     return out
@@ -116,8 +106,21 @@ def copy_inherited_txn(db: Database, segments: list[Segment], fork_id: str) -> N
         db.execute(
             "INSERT INTO state (session_id, key, at, kind, value) "
             "SELECT ?, key, at, kind, value FROM state WHERE session_id = ? AND at < ? ORDER BY id",
-            (fork_id, owner, int(hi)),
+            (fork_id, owner, hi),
         )
+
+
+def _history_sql(*, inherited: bool) -> str:
+    """Every version of a session's own rows, oldest first (``inherited``: below a fork point)."""
+    return "SELECT key, at, kind, value FROM state WHERE session_id = ?" + (
+        " AND at < ? ORDER BY at, id" if inherited else " ORDER BY at, id"
+    )
+
+
+def statement_shapes(sql: Statements) -> list[str]:
+    """One statement of each shape this module builds at run time (``tests/test_statements.py``
+    prepares them on both backends)."""
+    return [_history_sql(inherited=False), _history_sql(inherited=True)]
 
 
 def history_txn(db: Database, segments: list[Segment]) -> list[tuple[str, int, Any]]:
@@ -126,8 +129,7 @@ def history_txn(db: Database, segments: list[Segment]) -> list[tuple[str, int, A
     out: list[tuple[str, int, Any]] = []
     for index, (owner, _lo, hi) in reversed(list(enumerate(segments))):
         own = index == 0
-        sql = "SELECT key, at, kind, value FROM state WHERE session_id = ?" + ("" if own else " AND at < ?")
-        rows = db.execute(sql + " ORDER BY at, id", (owner,) if own else (owner, int(hi)))
+        rows = db.execute(_history_sql(inherited=not own), (owner,) if own else (owner, hi))
         out.extend((key, at, _decoded(kind, value)) for key, at, kind, value in rows)
     return out
 

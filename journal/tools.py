@@ -199,7 +199,8 @@ class ToolRegistry:
         turn = where if isinstance(where, Turn) else None
         session_id = where.session_id if isinstance(where, Turn) else where
         request = journal._requested_call(session_id, call_id)
-        tool = self.tool(request.get("name"))  # UnregisteredTool: nothing is written
+        # (A requested call has a name: the codec checks it.) UnregisteredTool: nothing is written.
+        tool = self.tool(request["name"])
         effects = tool.effects
         key = effects.derive(request.get("arguments")) if isinstance(effects, Idempotent) else None
         # Random, not derived from the call id: a fork re-dispatching an inherited call must not

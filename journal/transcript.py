@@ -15,9 +15,9 @@ messages read and the compactions in the session, not the log's length.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+from journal import lineage
 from journal import log as _log
 from journal.codec import check_int
 from journal.errors import InvalidArgument, InvalidRange, UnansweredCalls
@@ -34,20 +34,27 @@ from journal.pure.view import (
     provider_tail,
     provider_view,
 )
-from journal.store import Database, Store
+from journal.store import Database, Statements, Store
 
 _SUMMARY_TYPES = ("user_message", "system_message", "assistant_message")
-_SEQ_END = 2**63 - 1  # past every seq: the bound of a session's own, open-ended segment
 _SURFACE = " AND type IN ({})".format(", ".join(f"'{type_}'" for type_ in sorted(SURFACE_TYPES)))
 _SPAN = "FROM events WHERE session_id = ? AND seq >= ? AND seq < ?"
-_MARKS = "SELECT seq, kind, first, last, before, after FROM compactions WHERE session_id = ? AND seq >= ? AND seq < ? ORDER BY seq"
+_MARKS = (
+    "SELECT seq, kind, first, last, before, after FROM compactions "
+    "WHERE session_id = ? AND seq >= ? AND seq < ? ORDER BY seq"
+)
 _COUNT = f"SELECT count(*) {_SPAN}{_SURFACE}"
 # The reads of the tail, of whole events (``data``) or of where they stand only (``NULL``: a cut
-# read then reads the events it found through the store's ``previews_at_sql``, cut in SQL).
+# read then reads the events it found through the store's ``sql.previews_at``, cut in SQL).
 _READ_UP = "SELECT seq, type, {data}, time_ms " + f"{_SPAN}{_SURFACE} ORDER BY seq LIMIT ? OFFSET ?"
 _READ_DOWN = "SELECT seq, type, {data}, time_ms " + f"{_SPAN}{_SURFACE} ORDER BY seq DESC LIMIT ? OFFSET ?"
 _READ_ONE = "SELECT seq, type, {data}, time_ms FROM events WHERE session_id = ? AND seq = ?"
-_FIRST_VERSION = 6  # the schema version whose compactions table holds retracts too (its `kind`)
+
+
+def statement_shapes(sql: Statements) -> list[str]:
+    """One statement of each shape this module builds at run time (``tests/test_statements.py``
+    prepares them on both backends): the tail's reads, of whole events and of where they stand."""
+    return [read.format(data=data) for read in (_READ_UP, _READ_DOWN, _READ_ONE) for data in ("data", "NULL")]
 
 
 class Transcript:
@@ -80,7 +87,9 @@ class Transcript:
                 raise UnansweredCalls(session_id, tuple(m.tool_call_id for m in view.missing))
             return view.messages
         if n is None:
-            return fold(self._log.events(session_id))
+            with self._store.read() as db:
+                events = lineage.read_events_txn(db, session_id)
+            return fold(events)
         with self._store.read() as db:
             return _tail_txn(db, session_id, n, cut)
 
@@ -96,7 +105,9 @@ class Transcript:
         n = _check_tail(tail)
         cut = _check_chars(chars, n)
         if n is None:
-            return provider_view(self._log.events(session_id))
+            with self._store.read() as db:
+                events = lineage.read_events_txn(db, session_id)
+            return provider_view(events)
         with self._store.read() as db:
             # Each round reads twice as many of the transcript's last messages, until what they
             # shape into is long enough (results of earlier assistants, left-out answers drop).
@@ -109,7 +120,7 @@ class Transcript:
                 wanted *= 2
 
     def compact(
-        self, session_id: str, start: int, stop: int, summary: Any, *, type: str = "user_message", **fields: Any
+        self, /, session_id: str, start: int, stop: int, summary: Any, *, type: str = "user_message", **fields: Any
     ) -> Event:
         """Replace the messages at positions ``start..stop`` (inclusive) of the current
         transcript with ``summary``, by appending one event; the log keeps everything."""
@@ -120,7 +131,7 @@ class Transcript:
             count = (
                 _End(db, session_id).length()
                 if places_compactions(db)
-                else len(fold(_log.read_events_txn(db, session_id)))
+                else len(fold(lineage.read_events_txn(db, session_id)))
             )
             valid = all(isinstance(x, int) and not isinstance(x, bool) for x in (start, stop))
             if not valid or not 0 <= start <= stop < count:
@@ -184,14 +195,14 @@ def _check_chars(chars: object, tail: int | None) -> int | None:
 
 def places_compactions(db: Database) -> bool:
     """Whether the file places its compactions (a read-only open of an older one does not)."""
-    return db.dialect != "sqlite" or db.value("PRAGMA user_version") >= _FIRST_VERSION
+    return bool(db.value(db.sql.places_compactions))
 
 
 def _tail_txn(db: Database, session_id: str, n: int, chars: int | None = None) -> list[Message]:
     if places_compactions(db):
         return _End(db, session_id, chars=chars).last(n)
     # An older file read-only (no compactions placed): folded from its whole log, never cut.
-    messages = fold(_log.read_events_txn(db, session_id))
+    messages = fold(lineage.read_events_txn(db, session_id))
     return messages[max(len(messages) - n, 0) :]
 
 
@@ -217,16 +228,20 @@ class _End:
         self._chars = chars
         data = "data" if chars is None else "NULL"
         self._up, self._down, self._one = (sql.format(data=data) for sql in (_READ_UP, _READ_DOWN, _READ_ONE))
-        self._chain = [
-            (owner, lo, int(min(hi, _SEQ_END))) for owner, lo, hi in reversed(_log.chain_txn(db, session_id))
+        self._chain = lineage.chain_txn(db, session_id)
+        self._marks = [
+            Compaction(*row)
+            for piece in lineage.spans(self._chain, newest_first=False)
+            for row in db.execute(_MARKS, piece)
         ]
-        self._marks = [Compaction(*row) for owner, lo, hi in self._chain for row in db.execute(_MARKS, (owner, lo, hi))]
 
     def length(self) -> int:
         """How many messages the transcript holds."""
         top = self._marks[-1] if self._marks else None
         since = 0 if top is None else top.seq + 1
-        counted = sum(self._db.value(_COUNT, piece) for piece in self._pieces(since, _SEQ_END))
+        counted: int = sum(
+            self._db.value(_COUNT, piece) for piece in lineage.spans(self._chain, since, newest_first=False)
+        )
         return counted + (0 if top is None else top.after)
 
     def last(self, n: int) -> list[Message]:
@@ -257,7 +272,7 @@ class _End:
             return messages_of(events)
         seqs: dict[str, list[int]] = {}
         for event in events:
-            seqs.setdefault(self._owner(event.seq), []).append(event.seq)
+            seqs.setdefault(lineage.owner_of(self._chain, event.seq), []).append(event.seq)
         cut = {
             p.seq: p.event()
             for owner, wanted in seqs.items()
@@ -285,7 +300,9 @@ class _End:
                 at, shift = mark.first, min(mark.last, mark.before - 1) - mark.first
             spans = [(dest, lo, min(hi, at))]
             if lo <= at < hi:
-                slots[dest + at - lo] = self._event(self._db.one(self._one, (self._owner(mark.seq), mark.seq)))
+                row = self._db.one(self._one, (lineage.owner_of(self._chain, mark.seq), mark.seq))
+                assert row is not None  # the compaction's own event: in the log it marks
+                slots[dest + at - lo] = self._event(row)
             if hi > at + 1:
                 first = max(lo, at + 1)
                 spans.append((dest + first - lo, first + shift, hi + shift))
@@ -315,7 +332,7 @@ class _End:
         mark = self._marks[level]
         since = self._marks[level - 1].seq + 1 if level else 0
         size = mark.before - (self._marks[level - 1].after if level else 0)
-        pieces = list(self._pieces(since, mark.seq))
+        pieces = lineage.spans(self._chain, since, mark.seq, newest_first=False)
         if len(pieces) > 1:  # the run crosses a fork point: find the piece that holds it
             out: list[Event] = []
             for piece in pieces:
@@ -336,20 +353,11 @@ class _End:
     def _newest(self, since: int, n: int) -> list[Event]:
         """The newest ``n`` surface events with ``seq >= since``, oldest first."""
         rows: list[tuple[int, str, str, int]] = []
-        for piece in reversed(list(self._pieces(since, _SEQ_END))):
+        for piece in reversed(lineage.spans(self._chain, since, newest_first=False)):
             if len(rows) >= n:
                 break
             rows.extend(self._db.execute(self._down, (*piece, n - len(rows), 0)))
         return [self._event(row) for row in reversed(rows)]
-
-    def _pieces(self, lo: int, hi: int) -> Iterator[tuple[str, int, int]]:
-        """The chain's segments cut to ``lo <= seq < hi``, oldest first."""
-        for owner, start, end in self._chain:
-            if max(start, lo) < min(end, hi):
-                yield owner, max(start, lo), min(end, hi)
-
-    def _owner(self, seq: int) -> str:
-        return next(owner for owner, lo, hi in self._chain if lo <= seq < hi)
 
     def _event(self, row: tuple[int, str, str, int]) -> Event:
         seq, type_, text, time_ms = row

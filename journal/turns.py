@@ -1,9 +1,10 @@
-"""The turns part: turns, steps, the provider phase and stream chunks (DESIGN §6).
+"""The turns part: turns, steps and the provider phase (DESIGN §6).
 
 It owns the ``turn_journal`` (whose rows the schema's triggers derive from turn and step events;
-this part sets only who drives a turn, and the provider phase) and ``stream_chunks``. Ending a
-turn that a claim opened settles its submission in the same transaction, by a direct call on the
-queue part.
+this part sets only who drives a turn, and the provider phase), and answers where a turn stands
+for the other parts (the open turn, the turn open at a fork point). Ending a turn that a claim
+opened settles its submission in the same transaction, by a direct call on the queue part. A
+streamed answer's chunks are ``journal.streams``'.
 """
 
 from __future__ import annotations
@@ -11,20 +12,19 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
-from journal import log as _log
-from journal.codec import MAX_STREAM_KEY, check_id, check_int, check_stored_text, check_text
+from journal import lineage
+from journal.codec import MAX_STREAM_KEY, check_id, check_text
 from journal.errors import InvalidArgument, LeaseLost, NoOpenTurn, OpenTurnError, TurnHeld
-from journal.log import Log
-from journal.model import Event, Phase, StepOutcome, SubmissionState, TurnEndReason
+from journal.model import Event, Phase, StepOutcome, SubmissionState, TurnEndReason, now_ms
 from journal.owners import held_elsewhere, lease_owner
-from journal.store import Database, Store
+from journal.store import Database, Statements, Store
 
 if TYPE_CHECKING:
-    from journal.engine import Journal
+    from journal.log import Log
     from journal.queue import Queue
     from journal.results import Dispatch, PutResult
 
@@ -65,35 +65,107 @@ class TurnState:
         return attrs.asdict(self)
 
 
+def _turn_row_sql(*, open_only: bool) -> str:
+    """The read of one turn journal row (``open_only``: if the turn is still open)."""
+    where = " AND end_seq IS NULL" if open_only else ""
+    return f"SELECT {TURN_COLUMNS} FROM turn_journal WHERE session_id = ? AND start_seq = ?{where}"
+
+
+def statement_shapes(sql: Statements) -> list[str]:
+    """One statement of each shape this module builds at run time (``tests/test_statements.py``
+    prepares them on both backends)."""
+    return [_turn_row_sql(open_only=False), _turn_row_sql(open_only=True)]
+
+
 def turn_row_txn(db: Database, session_id: str, start_seq: int, *, open_only: bool = False) -> TurnState | None:
     """The turn journal row of the turn started at ``start_seq`` (only if still open)."""
-    where = " AND end_seq IS NULL" if open_only else ""
-    row = db.one(
-        f"SELECT {TURN_COLUMNS} FROM turn_journal WHERE session_id = ? AND start_seq = ?{where}",
-        (session_id, start_seq),
-    )
+    row = db.one(_turn_row_sql(open_only=open_only), (session_id, start_seq))
     return None if row is None else TurnState.from_row(row)
 
 
 def open_turn_txn(db: Database, session_id: str) -> int | None:
     """The start seq of the session's innermost open turn, or ``None``."""
-    return db.value(
-        "SELECT max(start_seq) FROM turn_journal INDEXED BY turn_journal_open WHERE session_id = ? AND end_seq IS NULL",
-        (session_id,),
-    )
+    start: int | None = db.value(db.sql.innermost_open_turn, (session_id,))
+    return start
+
+
+# The latest turn of a session's own log started at or before a seq, and a turn by its start.
+_TURN_BEFORE = (
+    "SELECT start_seq, end_seq, outer_start, attempt FROM turn_journal WHERE session_id = ? AND start_seq <= ? "
+    "ORDER BY start_seq DESC LIMIT 1"
+)
+_TURN_AT = "SELECT start_seq, end_seq, outer_start, attempt FROM turn_journal WHERE session_id = ? AND start_seq = ?"
+
+
+def turn_before_txn(db: Database, session_id: str, seq: int) -> tuple[int, int | None, int | None, int] | None:
+    """``(start_seq, end_seq, outer_start, attempt)`` of the latest turn of the session's own
+    events started at or before ``seq``, or ``None``."""
+    row = db.one(_TURN_BEFORE, (session_id, seq))
+    return None if row is None else (row[0], row[1], row[2], row[3])
+
+
+def open_turn_at_txn(db: Database, session_id: str, boundary: int) -> int | None:
+    """The seq of the innermost turn open just after event ``boundary``, or ``None``.
+
+    Reads the turn journal (whose turn_end pairing is the recovery stack's) of the one session
+    that owns ``boundary``: a fork's prefix never holds an open turn (G11), so no turn of an
+    ancestor spans a fork point. The cost is a few index lookups, whatever the log's length.
+    """
+    owner = lineage.owner_of(lineage.chain_txn(db, session_id), boundary)
+    row = turn_before_txn(db, owner, boundary)
+    while row is not None:
+        start, end, outer, _attempt = row
+        if end is None or end > boundary:
+            return start
+        if outer is None:
+            return None
+        row = db.one(_TURN_AT, (owner, outer))
+    return None
 
 
 def last_turn_number_txn(db: Database, session_id: str) -> int:
     """The number of the session's latest turn (0 if none), read through the fork chain."""
-    for owner, lo, hi in _log.chain_txn(db, session_id):
+    for owner, lo, hi in lineage.chain_txn(db, session_id):
         row = db.one(
             "SELECT turn FROM turn_journal WHERE session_id = ? AND start_seq >= ? AND start_seq < ? "
             "ORDER BY start_seq DESC LIMIT 1",
-            (owner, lo, hi if hi != float("inf") else 2**62),
+            (owner, lo, hi),
         )
         if row is not None:
             return row[0] or 0
     return 0
+
+
+class TurnCalls(Protocol):
+    """What a ``Turn`` calls back into (a ``Journal``): the turn, stream, dispatch and result
+    calls, so the handle depends on these few methods, not on the facade."""
+
+    def step_start(self, turn: Turn) -> Event: ...
+    def step_end(self, turn: Turn, *, outcome: str = ...) -> Event: ...
+    def provider_started(self, turn: Turn, *, stream_key: str | None = ...) -> None: ...
+    def save_chunk(self, session_id: str, stream_key: str, index: int, content: str) -> bool: ...
+    def record_assistant(self, turn: Turn, content: Any, **fields: Any) -> Event: ...
+    def dispatch(
+        self,
+        session_id: str,
+        call_id: str,
+        *,
+        turn: Turn | None = ...,
+        idempotency_key: str | None = ...,
+        request_id: str | None = ...,
+        effect: str | None = ...,
+    ) -> Dispatch: ...
+    def put_result(
+        self,
+        session_id: str,
+        call_id: str,
+        content: Any,
+        *,
+        is_error: bool = ...,
+        name: str | None = ...,
+        metadata: dict[str, Any] | None = ...,
+    ) -> PutResult: ...
+    def turn_end(self, turn: Turn, *, reason: str = ...) -> Event: ...
 
 
 @attrs.define
@@ -104,7 +176,7 @@ class Turn:
     step, if any. The methods are the plain calls of ``Journal`` with this turn filled in.
     """
 
-    journal: Journal = attrs.field(repr=False)
+    journal: TurnCalls = attrs.field(repr=False)
     session_id: str
     start_seq: int
     turn: int
@@ -169,7 +241,7 @@ class Turn:
 class Turns:
     """The turn and step calls; ``turn_end`` settles a claimed turn's submission."""
 
-    def __init__(self, journal: Journal, store: Store, log: Log, queue: Queue) -> None:
+    def __init__(self, journal: TurnCalls, store: Store, log: Log, queue: Queue) -> None:
         self._journal = journal  # what the handles call back into
         self._store = store
         self._log = log
@@ -190,7 +262,7 @@ class Turns:
         """Open a turn driven by ``owner`` inside the caller's transaction; turns do not nest."""
         open_seq = open_turn_txn(db, session_id)
         if open_seq is None:
-            _log.next_seq_txn(db, session_id)  # SessionNotFound before anything else
+            lineage.next_seq_txn(db, session_id)  # SessionNotFound before anything else
         else:
             raise OpenTurnError(open_seq, "turns do not nest: end (or recover) it first")
         number = last_turn_number_txn(db, session_id) + 1
@@ -217,8 +289,9 @@ class Turns:
         """Give an open turn to a new attempt, which fences every earlier one at once; a claim
         taking it over names itself (owner, submission), the reconciler only fences."""
         db.execute(
-            "UPDATE turn_journal SET attempt = ?, owner = coalesce(?, owner), submission_id = coalesce(?, submission_id), "
-            "revision = revision + 1 WHERE session_id = ? AND start_seq = ? AND end_seq IS NULL",
+            "UPDATE turn_journal SET attempt = ?, owner = coalesce(?, owner), "
+            "submission_id = coalesce(?, submission_id), revision = revision + 1 "
+            "WHERE session_id = ? AND start_seq = ? AND end_seq IS NULL",
             (attempt, owner, submission_id, session_id, start_seq),
         )
 
@@ -254,29 +327,16 @@ class Turns:
         out.append(self._log.append_txn(db, session_id, "turn_end", data, time_ms))
         return out
 
-    def unconsumed_chunks_txn(self, db: Database, stream_key: str) -> list[str]:
-        return [
-            content
-            for (content,) in db.execute(
-                "SELECT content FROM stream_chunks WHERE stream_key = ? AND consumed = 0 ORDER BY idx", (stream_key,)
-            )
-        ]
-
-    def consume_chunks_txn(self, db: Database, stream_key: str) -> None:
-        """Mark a stream's saved chunks as turned into an aborted answer (never twice)."""
-        db.execute("UPDATE stream_chunks SET consumed = 1 WHERE stream_key = ? AND consumed = 0", (stream_key,))
-
     def forget_txn(self, db: Database, session_id: str) -> None:
-        """Delete the session's turn journal and chunks (purge)."""
+        """Delete the session's turn journal (purge)."""
         db.execute("DELETE FROM turn_journal WHERE session_id = ?", (session_id,))
-        db.execute("DELETE FROM stream_chunks WHERE session_id = ?", (session_id,))
 
     # -- the turn API --------------------------------------------------------------------------
 
     def turn_start(self, session_id: str) -> Turn:
         """Open a turn (``turn_start``, numbered from 1 by counting the log's turns)."""
         check_text("session_id", session_id)
-        time_ms = _log.now_ms()
+        time_ms = now_ms()
         with self._store.write("turn_start", sessions=(session_id,)) as db:
             return self.start_txn(db, session_id, time_ms, owner=lease_owner())
 
@@ -317,7 +377,7 @@ class Turns:
         with self._store.write("take_over", sessions=(session_id,)) as db:
             start_seq = open_turn_txn(db, session_id)
             if start_seq is None:
-                _log.next_seq_txn(db, session_id)  # SessionNotFound first
+                lineage.next_seq_txn(db, session_id)  # SessionNotFound first
                 if missing_ok:
                     return None
                 raise NoOpenTurn(session_id, "take_over needs an open turn")
@@ -352,7 +412,7 @@ class Turns:
 
     def step_start(self, turn: Turn) -> Event:
         """Open the next step of the turn."""
-        time_ms = _log.now_ms()
+        time_ms = now_ms()
         with self._store.write("step_start", sessions=(turn.session_id,)) as db:
             row = self._held_txn(db, turn)
             if row.step_open:
@@ -367,7 +427,7 @@ class Turns:
         ``before_provider``."""
         if outcome not in (StepOutcome.OK.value, StepOutcome.ERROR.value):
             raise InvalidArgument("outcome", f'must be "ok" or "error", not {outcome!r}')
-        time_ms = _log.now_ms()
+        time_ms = now_ms()
         with self._store.write("step_end", sessions=(turn.session_id,)) as db:
             row = self._held_txn(db, turn)
             if not row.step_open:
@@ -396,7 +456,7 @@ class Turns:
                 raise InvalidArgument("phase", f"provider_started is not allowed in phase {row.phase.value!r}")
         turn.stream_key = stream_key
 
-    def record_assistant(self, turn: Turn, content: Any, **fields: Any) -> Event:
+    def record_assistant(self, /, turn: Turn, content: Any, **fields: Any) -> Event:
         """Append the model's answer. With tool calls, the phase becomes
         ``tool_request_recorded`` and the request is saved, in the same transaction.
 
@@ -405,14 +465,14 @@ class Turns:
         # The classifier reads stop_reason; a caller that leaves it out gets the obvious one.
         data.setdefault("stop_reason", "tool_use" if data.get("tool_calls") else "stop")
         text, copy = self._log.codec.encode_copy("assistant_message", data)
-        time_ms = _log.now_ms()
+        time_ms = now_ms()
         with self._store.write("assistant", sessions=(turn.session_id,)) as db:
             row = self._held_txn(db, turn)
             if not row.step_open:
                 raise NoOpenTurn(turn.session_id, "an assistant message outside a step")
             if row.phase is Phase.TOOL_REQUEST_RECORDED:
                 raise InvalidArgument("phase", "this step already recorded a tool request; end the step first")
-            seq = _log.append_text_txn(db, turn.session_id, "assistant_message", text, time_ms)
+            seq = self._log.append_text_txn(db, turn.session_id, "assistant_message", text, time_ms)
         return Event(turn.session_id, seq, "assistant_message", copy, time_ms)
 
     def turn_end(self, turn: Turn, *, reason: str = "complete") -> Event:
@@ -424,7 +484,7 @@ class Turns:
                 "reason",
                 f'must be "complete" or "rejected" ("interrupted" is written only by recovery), not {reason!r}',
             )
-        time_ms = _log.now_ms()
+        time_ms = now_ms()
         with self._store.write("turn_end", sessions=(turn.session_id,)) as db:
             row = self._held_txn(db, turn)
             if row.step_open:
@@ -436,36 +496,6 @@ class Turns:
         turn.mark_closed()
         return event
 
-    def save_chunk(self, session_id: str, stream_key: str, index: int, content: str) -> bool:
-        """Save one streamed segment under ``(stream_key, index)``; the first write wins.
-
-        Returns whether this write won. Chunks let the reconciler turn a half-streamed answer
-        into an aborted assistant message after a crash.
-        """
-        check_text("session_id", session_id)
-        check_id("stream_key", stream_key, MAX_STREAM_KEY)
-        check_int("index", index)
-        check_stored_text("content", content)
-        with self._store.write("save_chunk", sessions=(session_id,)) as db:
-            _log.next_seq_txn(db, session_id)
-            db.execute(
-                "INSERT INTO stream_chunks (stream_key, idx, session_id, content, time_ms) VALUES (?, ?, ?, ?, ?) "
-                "ON CONFLICT (stream_key, idx) DO NOTHING",
-                (stream_key, index, session_id, content, _log.now_ms()),
-            )
-            return db.changes() == 1
-
-    def stream_chunks(self, stream_key: str) -> list[str]:
-        """The saved segments of a stream, in index order."""
-        check_text("stream_key", stream_key)
-        with self._store.read() as db:
-            return [
-                c
-                for (c,) in db.execute(
-                    "SELECT content FROM stream_chunks WHERE stream_key = ? ORDER BY idx", (stream_key,)
-                )
-            ]
-
     def turn_state(self, session_id: str, start_seq: int | None = None) -> TurnState | None:
         """The turn journal row of a session's open turn (or of the turn started at
         ``start_seq``), or ``None``."""
@@ -474,6 +504,6 @@ class Turns:
             if start_seq is None:
                 start_seq = open_turn_txn(db, session_id)
                 if start_seq is None:
-                    _log.next_seq_txn(db, session_id)
+                    lineage.next_seq_txn(db, session_id)
                     return None
             return turn_row_txn(db, session_id, start_seq)

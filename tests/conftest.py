@@ -13,6 +13,27 @@ import journal
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _cache_bytecode_outside_the_tree() -> None:
+    """Where ``PYTHONDONTWRITEBYTECODE`` is set, keep bytecode in a cache under the temporary
+    directory (``PYTHONPYCACHEPREFIX``) for this run and the processes it starts.
+
+    Without it every child process of the crash tests compiles the library again (about 0.3 s of
+    CPU each, and the suite starts hundreds) and every worker rewrites the test modules again.
+    Nothing is written in the repository either way (tests write only under temporary folders).
+    """
+    import tempfile
+
+    if not sys.flags.dont_write_bytecode or sys.pycache_prefix or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return
+    prefix = os.path.join(tempfile.gettempdir(), "journal-pycache")
+    sys.pycache_prefix, sys.dont_write_bytecode = prefix, False
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+
+
+_cache_bytecode_outside_the_tree()
+
+
 # The contract suite (DESIGN §16): the tests under tests/contract/ that take `db_path` (or `j`, `fresh`)
 # run on both backends, SQLite and PostgreSQL, unless marked `sqlite_only` with the reason.
 BACKENDS = ("sqlite", "postgresql")
@@ -108,6 +129,17 @@ def python_child(code: str, *args: str, **popen_kwargs) -> subprocess.Popen:
     )
 
 
+def release_together(racers: list[subprocess.Popen[str]], go: Path) -> None:
+    """Wait until every racer (``python_child``) has printed ``ready`` -- its journal open, about
+    to wait for ``go`` -- then create ``go``: the race starts together however slowly each
+    process started, and no sooner."""
+    for racer in racers:
+        assert racer.stdout is not None and racer.stderr is not None
+        line = racer.stdout.readline()
+        assert line.strip() == "ready", (line, racer.stderr.read() if not line else "")
+    go.touch()
+
+
 def run_child(code: str, *args: str, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
     proc = python_child(code, *args, **kwargs)
     out, err = proc.communicate(timeout=timeout)
@@ -122,6 +154,29 @@ def pytest_configure(config) -> None:
     from hypothesis import configuration
 
     configuration.set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), "journal-hypothesis"))
+
+
+def slow_wanted(config: pytest.Config) -> bool:
+    """Whether the run asked for the long campaigns: ``-m slow`` (an expression naming ``slow``,
+    not ``not slow``) or ``JOURNAL_SLOW=1`` in the environment."""
+    expression = config.getoption("markexpr") or ""
+    return os.environ.get("JOURNAL_SLOW") == "1" or ("slow" in expression and "not slow" not in expression)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The tests marked long run first (a stable sort: the same order on every worker): with -n the
+    # workers start them side by side and share the short ones after, instead of one worker
+    # finishing a long campaign alone at the end of the run.
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+    # The default run keeps a bounded case of every campaign; the cases marked slow repeat a path
+    # a default case already takes (another occurrence, another pairing), so they are skipped --
+    # not deselected: the summary says how to run them -- unless the run asks for them.
+    if slow_wanted(config):
+        return
+    skip = pytest.mark.skip(reason="the long version of a campaign: run it with -m slow or JOURNAL_SLOW=1")
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(skip)
 
 
 @pytest.fixture

@@ -278,6 +278,7 @@ def restart(path: str, target: str, key: dict[str, Any], capsys: pytest.CaptureF
         capsys.readouterr()
 
 
+@pytest.mark.long  # seconds a cell: run first (tests/conftest.py)
 @pytest.mark.parametrize("point", KILL_POINTS)
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_g9_after_a_kill_any_recovery_path_gives_the_sdk_an_answered_transcript_and_nothing_is_paid_twice(

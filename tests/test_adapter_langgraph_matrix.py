@@ -9,9 +9,13 @@ recover``, without any repair, already shows the call answered."""
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import signal
+import sys
+import time
+import traceback
 import uuid
 from pathlib import Path
 from typing import Any
@@ -34,8 +38,6 @@ from journal.adapters.langgraph import JournalSaver, repair, session_id_for
 from journal.cli import main
 from journal.testing import Ledger
 from journal.transfer import export_lines, import_lines
-
-from .conftest import run_child
 
 THREAD = {"configurable": {"thread_id": "t1"}}
 KILLS = ("before_effect", "after_effect", "returned_unstored", "between_turns")
@@ -87,27 +89,44 @@ def build(saver: JournalSaver, ledger_path: str, kill: str | None = None) -> tup
     return builder.compile(checkpointer=saver), model
 
 
-CHILD = """
-import os, signal, sys
-from langchain_core.messages import HumanMessage
-from journal.adapters.langgraph import JournalSaver
-from tests.test_adapter_langgraph_matrix import THREAD, build
+class _Dying(JournalSaver):
+    """A saver that dies (SIGKILL) when LangGraph hands it a tool's output to store."""
 
-target, ledger, kill, durability = sys.argv[1:5]
-
-class Dying(JournalSaver):
-    def put_writes(self, config, writes, task_id, task_path=""):
-        if kill == "returned_unstored" and any(getattr(v, "type", None) == "tool" or
-                (isinstance(v, list) and any(getattr(m, "type", None) == "tool" for m in v)) for _, v in writes):
+    def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+        if any(
+            getattr(v, "type", None) == "tool"
+            or (isinstance(v, list) and any(getattr(m, "type", None) == "tool" for m in v))
+            for _, v in writes
+        ):
             os.kill(os.getpid(), signal.SIGKILL)  # the tool returned; LangGraph has not stored it
         return super().put_writes(config, writes, task_id, task_path)
 
-graph, _ = build(Dying(target), ledger, kill)
-graph.invoke({"messages": [HumanMessage("pay the bill")]}, THREAD, durability=durability)
-if kill == "between_turns":
-    os.kill(os.getpid(), signal.SIGKILL)
-print("not killed")
-"""
+
+def _killed_run(target: Any, ledger: Path, kill: str, durability: str) -> None:
+    """Run the agent in a forked child that SIGKILLs itself at ``kill``: the child has the test
+    process's imports (LangGraph's start-up would cost seconds a cell); the kill is real."""
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+            gc.freeze()  # nothing of the parent's (its connections) is finalized here
+            saver = _Dying(target) if kill == "returned_unstored" else JournalSaver(target)
+            graph, _ = build(saver, str(ledger), kill)
+            graph.invoke({"messages": [HumanMessage("pay the bill")]}, THREAD, durability=durability)
+            if kill == "between_turns":
+                os.kill(os.getpid(), signal.SIGKILL)
+            print("not killed", file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(3)
+    deadline = time.monotonic() + 120
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if done[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail(f"the child killed at {kill} was still running after 120 s")
+    assert os.WIFSIGNALED(done[1]) and os.WTERMSIG(done[1]) == signal.SIGKILL, (kill, done[1])
 
 
 def valid(transcript: list[BaseMessage]) -> bool:
@@ -145,8 +164,7 @@ def copies(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequ
         if key not in killed:
             target = _new_target(root, backend, request, f"{kill}-{durability}")
             ledger = root / f"{backend}-{kill}-{durability}.ledger"
-            done = run_child(CHILD, str(target), str(ledger), kill, durability)
-            assert done.returncode == -signal.SIGKILL, (done.stdout, done.stderr)
+            _killed_run(target, ledger, kill, durability)
             killed[key] = (target, ledger)
         source, ledger = killed[key]
         name = f"{backend}-{kill}-{durability}-{path}"
@@ -182,6 +200,7 @@ def _new_target(root: Path, backend: str, request: pytest.FixtureRequest, name: 
 # -- the matrix -------------------------------------------------------------------------------------
 
 
+@pytest.mark.long  # seconds a cell: run first (tests/conftest.py)
 @pytest.mark.parametrize("durability", ["sync", "async"])
 @pytest.mark.parametrize("kill", KILLS)
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
@@ -243,8 +262,7 @@ def test_g9_g5_every_restart_path_hands_the_model_an_answered_transcript_and_pay
 
 def test_g9_a_late_repair_after_a_plain_new_input_adds_nothing_and_the_answer_stays_before_it(tmp_path: Path) -> None:
     target, ledger = tmp_path / "j.db", tmp_path / "ledger"
-    done = run_child(CHILD, str(target), str(ledger), "after_effect", "sync")
-    assert done.returncode == -signal.SIGKILL, done.stderr
+    _killed_run(target, ledger, "after_effect", "sync")
     with JournalSaver(target) as saver:
         graph, model = build(saver, str(ledger))
         saver.journal.recover()

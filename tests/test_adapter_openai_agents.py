@@ -1170,7 +1170,9 @@ def test_g12_ids_are_injective_even_an_id_that_looks_like_a_hashed_one(tmp_path:
 
 
 CALL_ITEMS = {
-    "as the SDK sends it": {"type": "function_call", "call_id": "c1", "name": "pay", "arguments": '{"cents":1}', "id": "fc_1"},
+    "as the SDK sends it": {
+        "type": "function_call", "call_id": "c1", "name": "pay", "arguments": '{"cents":1}', "id": "fc_1",
+    },
     "spaced arguments and a status": {
         "type": "function_call", "call_id": "c1", "name": "pay", "arguments": '{"cents": 1}', "status": "completed",
     },

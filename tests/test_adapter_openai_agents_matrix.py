@@ -3,7 +3,8 @@
 The matrix: {killed inside the tool before its side effect, after it, after the tool returned and
 before the runner saved it, between turns} x {restart: ``journal_run`` alone; ``journal recover``
 then ``journal_run``; ``j.recover()`` then a plain ``Runner.run`` with the hooks; ``reconcile()``
-then ``journal_run``} x {SQLite, PostgreSQL}. Each cell checks the ledger (at most one payment),
+then ``journal_run``} x {SQLite, PostgreSQL} (on PostgreSQL each kill point and each restart
+once, every pairing with ``-m slow``). Each cell checks the ledger (at most one payment),
 every model input (no call without its output: no provider 400), the MAY HAVE RUN text where the
 call may have run, and that the items read right after a recovery -- before any ``repair`` --
 already show the call answered, before the next input.
@@ -97,8 +98,18 @@ def _recover_from_a_shell(target: str) -> None:
     assert done.exit_code == 0, (done.output, done.exception)
 
 
-@pytest.mark.parametrize("restart", RESTARTS)
-@pytest.mark.parametrize("point", KILL_POINTS)
+# Every pairing on SQLite; on PostgreSQL (the same adapter and recovery code over another store)
+# each kill point once and each restart once, the other pairings marked slow.
+CELLS = [
+    pytest.param(backend, point, restart, id=f"{backend}-{point}-{restart}", marks=marks)
+    for backend in ("sqlite", "postgresql")
+    for p, point in enumerate(KILL_POINTS)
+    for r, restart in enumerate(RESTARTS)
+    for marks in [() if backend == "sqlite" or p == r else pytest.mark.slow]
+]
+
+
+@pytest.mark.parametrize(("target", "point", "restart"), CELLS, indirect=["target"])
 def test_g9_any_recovery_then_any_run_pays_once_and_shows_the_model_an_answered_call(
     target: str, tmp_path: Path, point: str, restart: str
 ) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import signal
 import threading
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 import journal
 import journal.aio
 from journal.aio import AsyncJournal
+from journal.engine import KINDS
 from journal.testing import Ledger
 
 from .conftest import python_child, run_child
@@ -38,27 +38,8 @@ def user(text: str) -> dict[str, Any]:
 
 # -- the twins ------------------------------------------------------------------------------------
 
-# Journal's public names that are not calls to twin (the file's properties and closing).
-NOT_TWINS = {"path", "durability", "close"}
-
-
-def test_every_public_method_of_journal_has_an_awaitable_twin_with_its_signature() -> None:
-    names = {n for n in dir(journal.Journal) if not n.startswith("_")} - NOT_TWINS
-    for name in sorted(names):
-        sync, twin = getattr(journal.Journal, name), getattr(AsyncJournal, name, None)
-        assert twin is not None, name
-        wanted = inspect.signature(sync)
-        if name == "turn":  # a context manager: `async with aj.turn(s)`
-            assert list(inspect.signature(twin).parameters) == list(wanted.parameters), name
-            continue
-        if name == "dispatch":  # awaitable or `async with`; takes an AsyncTurn too
-            assert list(inspect.signature(twin).parameters) == list(wanted.parameters), name
-            continue
-        assert inspect.iscoroutinefunction(twin), name
-        if name in ("turn_start", "take_over", "claim"):  # they return the async handles
-            assert list(inspect.signature(twin).parameters) == list(wanted.parameters), name
-            continue
-        assert inspect.signature(twin) == wanted, name
+# That every public method of Journal has a twin with its parameters, run as its declared kind,
+# and typed for users, is checked in tests/test_typed.py.
 
 
 def test_a_session_through_the_async_face_reads_back_as_the_sync_api_wrote_it(tmp_path: Path) -> None:
@@ -463,8 +444,8 @@ MISUSE_ARGS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
     "sessions": ((), {}),
     "session_totals": ((), {}),
     "scan": ((), {}),
-    "open_turns": ((), {}),
-    "interrupted": ((), {}),
+    "open_turns": (("s",), {}),
+    "interrupted": (("s",), {}),
     "indeterminate": ((), {}),
     "check": ((), {}),
     "integrity_check": ((), {}),
@@ -492,8 +473,8 @@ def _every_misuse(aj: AsyncJournal, turn: Any, dispatched: Any, claim: Any) -> l
     """Every call of the async face, on the journal and on its handles, as a factory of the
     coroutine that makes it (a context manager is entered, ``follow`` is iterated once)."""
     calls: list[tuple[str, Any]] = []
-    for name in (*journal.aio._WRITES, *journal.aio._ALONE, *journal.aio._READS, "take_over", "turn_start"):
-        if not hasattr(AsyncJournal, name):
+    for name in (*KINDS, "take_over", "turn_start"):
+        if name in ("turn", "dispatch"):  # scopes: entered below
             continue
         args, kwargs = MISUSE_ARGS.get(name, (("s",), {}))
         if name in ("step_start", "step_end", "provider_started", "turn_end"):
@@ -786,7 +767,8 @@ def test_a_kill_mid_batch_leaves_each_write_whole_and_the_restart_scan_and_recov
         await aj.create_session(f"s{i}")
         turn = await aj.turn_start(f"s{i}")
         await turn.step_start()
-        await turn.assistant("", tool_calls=[{"id": "a", "name": "t", "arguments": {}}, {"id": "b", "name": "t", "arguments": {}}])
+        calls = [{"id": "a", "name": "t", "arguments": {}}, {"id": "b", "name": "t", "arguments": {}}]
+        await turn.assistant("", tool_calls=calls)
         await turn.dispatch("a")
         await aj.append_many(f"s{i}", [("x.note", {"n": 1}), ("x.note", {"n": 2})])
         await turn.put_result("a", "done")

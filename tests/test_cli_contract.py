@@ -232,12 +232,14 @@ def test_init_append_create_and_import_create_a_journal(args: list[str], tmp_pat
 # -- numeric options -------------------------------------------------------------------------------------
 
 USAGE = [
-    ["tail", "s", "-n", "-1"], ["tail", "s", "-n", "nan"], ["tail", "s", "-n", "1e999"], ["tail", "s", "-n", str(2**64)],
+    ["tail", "s", "-n", "-1"], ["tail", "s", "-n", "nan"], ["tail", "s", "-n", "1e999"],
+    ["tail", "s", "-n", str(2**64)],
     ["tail", "s", "--interval", "-1"], ["tail", "s", "--interval", "0"], ["tail", "s", "--interval", "nan"],
     ["tail", "s", "--interval", "inf"], ["tail", "s", "--interval", "1e400"], ["tail", "s", "--interval", "99999999"],
     ["show", "s", "--since", "-1"], ["show", "s", "--since", str(2**63)], ["show", "s", "--since", "abc"],
     ["show", "s", "--since", "0", "--view", "messages"], ["show", "s", "--since", "0", "--view", "provider"],
-    ["fork", "s", "--at", "abc"], ["fork", "s", "--at", "-1"], ["fork", "s", "--at", "1.0"], ["fork", "s", "--at", str(2**64)],
+    ["fork", "s", "--at", "abc"], ["fork", "s", "--at", "-1"], ["fork", "s", "--at", "1.0"],
+    ["fork", "s", "--at", str(2**64)],
     ["reconcile", "--context-window", "0"], ["show"], ["nosuchcommand"],
 ]  # fmt: skip
 

@@ -172,7 +172,6 @@ def test_g13_the_library_refuses_a_dangling_symlink_with_a_typed_error_and_creat
         assert [s.id for s in j.sessions()] == ["s"]
 
 
-
 @pytest.mark.parametrize("suffix", ["-wal", "-shm", "-journal"])
 @pytest.mark.parametrize("exists", [False, True], ids=["new", "existing"])
 def test_g13_a_dangling_symlink_at_a_side_file_is_refused_and_its_target_never_created(
@@ -192,6 +191,7 @@ def test_g13_a_dangling_symlink_at_a_side_file_is_refused_and_its_target_never_c
         journal.open(db)
     assert list(elsewhere.iterdir()) == []
     assert (db.read_bytes() if exists else None) == before and db.exists() == exists
+
 
 # -- JOURNAL_CRASH_AT names no known point ----------------------------------------------------------
 

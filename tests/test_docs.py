@@ -36,3 +36,25 @@ def test_the_readme_gives_the_two_setup_commands() -> None:
     assert "python -m pytest" in README
     ci = (ROOT / ".ci" / "run").read_text()
     assert "python -m pytest" in ci and ".[test]" in ci
+
+
+def test_ci_holds_the_lint_and_format_rules_before_the_tests_on_every_python_folder() -> None:
+    commands = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    commands = [line for line in commands if line and not line.startswith("#")]
+    assert "set -euo pipefail" in commands  # a failing check stops CI
+    # Every folder of the project holding Python (hidden ones, such as a virtualenv, and build output aside).
+    paths = [path.relative_to(ROOT).parts for path in ROOT.rglob("*.py")]
+    folders = {
+        parts[0] for parts in paths if not any(p.startswith(".") for p in parts) and parts[0] not in ("build", "dist")
+    }
+    assert {"journal", "tests"} <= folders
+
+    def position(prefix: str) -> int:
+        [index] = [i for i, line in enumerate(commands) if line.startswith(prefix)]
+        checked = set(commands[index].removeprefix(prefix).split())
+        assert folders <= checked, f"{prefix} leaves out {sorted(folders - checked)}"
+        return index
+
+    lint, layout = position("python -m ruff check "), position("python -m ruff format --check ")
+    tests = next(i for i, line in enumerate(commands) if line.startswith("python -m pytest"))
+    assert lint < tests and layout < tests

@@ -172,12 +172,11 @@ def foreign_with_another_application_id_only_in_the_wal(path: Path) -> None:
     """(g) WAL mode, another application's id set and never checkpointed, no table."""
     run_killed_writer(
         path,
-        """
+        f"""
 conn.pragma("journal_mode", "wal")
 conn.pragma("wal_autocheckpoint", 0)
-conn.pragma("application_id", %d)
-"""
-        % OTHER_APP_ID,
+conn.pragma("application_id", {OTHER_APP_ID})
+""",
     )
     assert header_application_id(path) == 0
 
@@ -258,7 +257,7 @@ def test_g13_every_cli_command_refuses_a_foreign_file_and_leaves_every_byte(fore
             stderr=subprocess.PIPE,
             text=True,
             cwd=tmp_path,
-        )  # fmt: skip
+        )
         for name, args in _cli_commands(tmp_path).items()
     }
     for name, proc in running.items():

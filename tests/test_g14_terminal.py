@@ -245,8 +245,9 @@ def test_g14_json_and_json_lines_carry_planted_content_exactly_and_nothing_raw(n
     assert_safe(out + err, "show --json")
     items = json.loads(out)["items"]
     assert items[1]["data"] == {"content": h, "name": h}
-    for args in (["sessions", "--json"], ["sessions", "--nl"], ["scan", "--json"], ["scan", "--nl"], ["tail", "s", "--nl"],
-                 ["indeterminate", "--json"], ["submissions", "--nl"], ["check", "--json"], ["show", "evil{h}", "--nl"],
+    for args in (["sessions", "--json"], ["sessions", "--nl"], ["scan", "--json"], ["scan", "--nl"],
+                 ["tail", "s", "--nl"], ["indeterminate", "--json"], ["submissions", "--nl"], ["check", "--json"],
+                 ["show", "evil{h}", "--nl"],
                  ["recover", "--dry-run", "--json"], ["export"]):  # fmt: skip
         code, out, err = _run(db, args, h)
         assert_safe(out + err, f"journal {' '.join(args)}")
@@ -275,7 +276,9 @@ def test_g14_torture_report_lines_escape_what_they_quote() -> None:
     report = {
         "durability": "full", "seed": 1, "elapsed_s": 1.0, "trials": 1, "by_kind": {}, "kill_trials": 0, "killed": 0,
         "crash_points_covered": [], "crash_points_reached": [], "crash_points_not_reached": [],
-        "failures": [{"index": 0, "trial": HOSTILE["osc52_clipboard_write"], "problems": [HOSTILE["fake_may_have_run_line"]]}],
+        "failures": [
+            {"index": 0, "trial": HOSTILE["osc52_clipboard_write"], "problems": [HOSTILE["fake_may_have_run_line"]]},
+        ],
         "workdir": "/tmp/" + HOSTILE["right_to_left_override"], "ok": False,
         **{key: 0 for key, _label in torture.FAILURES},
     }  # fmt: skip

@@ -3,12 +3,17 @@
 - pure modules (``journal/pure/``) import only the model and the errors;
 - only the store (``journal/store/``) and the test VFS import a database driver;
 - nothing in the library imports the CLI (or click), the viewer or the adapters;
-- the library's modules import each other without a cycle.
+- the library's modules import each other without a cycle;
+- the parts the log asks while it appends (the fork chain, where a call and a turn stand) sit
+  below it: they never import ``journal.log``, they reach it through the ``Log`` they are given;
+- the fork chain is walked in one module, ``journal.lineage``: no other part of the library
+  reads a session's ``parent_id`` to follow it.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +24,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "journal"
 DRIVERS = {"apsw", "sqlite3", "psycopg", "psycopg2", "asyncpg"}
 FRONTS = ("journal.cli", "journal.serve", "journal.adapters")
 PURE_MAY_IMPORT = {"journal.model", "journal.errors"}
+BELOW_THE_LOG = ("journal.lineage", "journal.results", "journal.turns")
+# A statement that reads a session's parent to follow it: the fork-chain walk. The listing
+# (journal.sessions) shows the column, and the store may inspect its own schema.
+WALK = re.compile(r"\bSELECT\b.*\bparent_id\b.*\bFROM sessions\b", re.DOTALL | re.IGNORECASE)
+WALK_MAY_READ = ("journal.lineage", "journal.sessions", "journal.store")
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -59,6 +69,13 @@ def imports(path: Path, package: set[str], *, top_level_only: bool) -> set[str]:
     return found
 
 
+def walks(path: Path) -> bool:
+    """Whether the file holds a statement that follows a session to its parent."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    texts = (node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str))
+    return any(WALK.search(text) for text in texts)
+
+
 def modules(root: Path) -> dict[str, Path]:
     return {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
 
@@ -78,6 +95,10 @@ def violations(root: Path) -> list[str]:
         if not name.startswith(FRONTS):
             out += [f"{name}: the library imports {m}" for m in sorted(ours) if m.startswith(FRONTS)]
             out += [f"{name}: the library imports click" for m in sorted(used) if m.split(".")[0] == "click"]
+            if not name.startswith(WALK_MAY_READ) and walks(path):
+                out.append(f"{name}: walks the fork chain itself (journal.lineage is its one walk)")
+        if name in BELOW_THE_LOG and "journal.log" in ours:
+            out.append(f"{name}: imports journal.log, which asks it while it appends")
     graph = {
         name: {m for m in imports(path, set(mods), top_level_only=True) if m in mods and m != name}
         for name, path in mods.items()
@@ -153,11 +174,18 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
          "journal.pure.plan: a pure module imports journal.log"),
         ({"turns.py": "import apsw\n"}, "journal.turns: imports the driver apsw"),
         ({"log.py": "def f():\n    import sqlite3\n"}, "journal.log: imports the driver sqlite3"),
-        ({"cli/__init__.py": "", "log.py": "from journal.cli import main\n"}, "journal.log: the library imports journal.cli"),
+        ({"cli/__init__.py": "", "log.py": "from journal.cli import main\n"},
+         "journal.log: the library imports journal.cli"),
         ({"log.py": "import click\n"}, "journal.log: the library imports click"),
-        ({"a.py": "import journal.b\n", "b.py": "from journal import a\n"}, "import cycle: journal.a -> journal.b -> journal.a"),
+        ({"a.py": "import journal.b\n", "b.py": "from journal import a\n"},
+         "import cycle: journal.a -> journal.b -> journal.a"),
+        ({"log.py": "", "results.py": "def f():\n    from journal import log\n"},
+         "journal.results: imports journal.log, which asks it while it appends"),
+        ({"audit.py": 'PARENT = (\n    "SELECT parent_id, seed_length "\n    "FROM sessions WHERE id = ?"\n)\n'},
+         "journal.audit: walks the fork chain itself (journal.lineage is its one walk)"),
     ],
-    ids=["pure-imports-a-part", "driver-outside-store", "driver-in-a-function", "library-imports-cli", "click", "cycle"],
+    ids=["pure-imports-a-part", "driver-outside-store", "driver-in-a-function", "library-imports-cli", "click",
+         "cycle", "a-part-below-the-log-imports-it", "a-second-fork-chain-walk"],
 )  # fmt: skip
 def test_each_broken_rule_is_reported(tmp_path: Path, files: dict[str, str], expected: str) -> None:
     assert expected in violations(_tree(tmp_path, files))
@@ -167,6 +195,7 @@ def test_type_checking_imports_and_the_store_and_test_vfs_are_allowed(tmp_path: 
     files = {
         "store/__init__.py": "", "store/sqlite.py": "import apsw\n", "testing/__init__.py": "",
         "testing/faultvfs.py": "import apsw\n",
-        "a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from journal import b\n", "b.py": "import journal.a\n",
+        "a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from journal import b\n",
+        "b.py": "import journal.a\n",
     }  # fmt: skip
     assert violations(_tree(tmp_path, files)) == []

@@ -24,6 +24,7 @@ from journal.escape import dumps
 from journal.transfer import import_lines
 
 from .conftest import run_child
+from .raw import Raw
 
 V1_SCHEMA = (Path(__file__).parent / "data" / "schema_v1.sql").read_text(encoding="utf-8")
 
@@ -175,9 +176,45 @@ V5_OBJECTS = (
 )
 
 
+# Version 6's tables of what version 7 rebuilt: submissions in rowid order, state values of any type.
+V6_STATE = (
+    "CREATE TABLE state_v6 (id INTEGER PRIMARY KEY, session_id TEXT NOT NULL REFERENCES sessions (id), "
+    "key TEXT NOT NULL CHECK (length(key) BETWEEN 1 AND 256), at INTEGER NOT NULL CHECK (at >= 0), "
+    "kind TEXT NOT NULL CHECK (kind IN ('json', 'bytes')), value ANY NOT NULL, "
+    "CHECK ((kind = 'bytes' AND typeof(value) = 'blob') OR (kind = 'json' AND typeof(value) = 'text' "
+    "AND json_valid(value)))) STRICT"
+)
+SUBMISSION_COLUMNS = (
+    "id, session_id, type, data, state, attempt, max_attempts, timeout_s, created_ms, updated_ms, lease_owner, "
+    "lease_expires_ms, input_seq, turn_start_seq, resume_mode, outcome"
+)
+
+
+def undo_v7(conn: apsw.Connection) -> None:
+    """Take a current file back to version 6's schema: submissions without their ordinal (in
+    rowid order instead), state values of JSON kept as text."""
+    (create,) = [s for s in store.schema_statements(("TABLE",)) if s.split(None, 3)[2] == "submissions"]
+    ordinal = create[create.index("    -- The order submissions") : create.index("    CHECK ((state = 'running')")]
+    conn.execute(create.replace(ordinal, "").replace("TABLE submissions (", "TABLE submissions_v6 (", 1))
+    conn.execute(
+        f"INSERT INTO submissions_v6 SELECT {SUBMISSION_COLUMNS} FROM submissions ORDER BY ordinal; "
+        "DROP TABLE submissions; ALTER TABLE submissions_v6 RENAME TO submissions; "
+        "CREATE INDEX submissions_queued ON submissions (session_id) WHERE state = 'queued'; "
+        "CREATE INDEX submissions_running ON submissions (lease_expires_ms) WHERE state = 'running';"
+    )
+    conn.execute(V6_STATE)
+    conn.execute(
+        "INSERT INTO state_v6 SELECT id, session_id, key, at, kind, "
+        "CASE WHEN kind = 'json' THEN CAST(value AS TEXT) ELSE value END FROM state ORDER BY id; "
+        "DROP TABLE state; ALTER TABLE state_v6 RENAME TO state; "
+        "CREATE INDEX state_at ON state (session_id, key, at, id);"
+    )
+
+
 def undo_v6(conn: apsw.Connection) -> None:
     """Take a current file back to version 5's schema: what version 6 added goes (the key
     column, the retract type, the indexes, state, session_meta), and compactions lose retracts."""
+    undo_v7(conn)
     conn.execute(
         "DROP INDEX events_key; DROP INDEX events_app; DROP TABLE state; DROP TRIGGER sessions_meta; "
         "DROP TABLE session_meta; ALTER TABLE events DROP COLUMN key;"
@@ -235,7 +272,7 @@ def test_g13_a_version_3_journal_gains_the_listing_index_keeping_every_row(tmp_p
     assert schema_objects(old) == schema_objects(new)
     assert index_sql(old, "sessions_created") == index_sql(new, "sessions_created") is not None
     conn = apsw.Connection(str(old))
-    assert conn.pragma("user_version") == store.SCHEMA_VERSION == 6
+    assert conn.pragma("user_version") == store.SCHEMA_VERSION == 7
     assert conn.pragma("integrity_check") == "ok"
     conn.close()
 
@@ -338,3 +375,136 @@ def test_g13_a_read_only_open_of_a_version_4_journal_reads_tails_by_folding_and_
             assert j.provider_view(s, tail=2) == j.provider_view(s).tail(2)
         assert j.check() == []
     assert hashlib.sha256(path.read_bytes()).hexdigest() == digest
+
+
+# -- version 6 to 7: the submission order, state values as bytes -------------------------------
+
+
+STATE = {"channel": {"messages": ["hi", "there"]}, "blob": b"\x00\xffraw", "count": 3}
+
+
+def make_v6_journal(path: Path) -> list[str]:
+    """A version-6 journal: submissions to two sessions queued in an order their ids do not
+    sort in (one claimed), and state of JSON values and bytes. The ids in submission order."""
+    ids = ["z1", "a2", "m3", "b4", "y5"]
+    with journal.open(path) as j:
+        for sid in ("s", "t"):
+            j.create_session(sid)
+        for n, sub_id in enumerate(ids):
+            j.submit("s" if n % 2 == 0 else "t", "user_message", {"content": sub_id}, id=sub_id)
+        claim = j.claim(session_id="s")
+        assert claim is not None and claim.submission.id == "z1"
+        j.set_state("s", STATE)
+    conn = apsw.Connection(str(path))
+    with conn:
+        undo_v7(conn)
+        conn.pragma("user_version", 6)
+    conn.close()
+    return ids
+
+
+def _raw(path: Path, sql: str) -> list[tuple]:
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return list(conn.execute(sql))
+    finally:
+        conn.close()
+
+
+def test_g13_a_version_6_journal_gains_the_submission_order_and_keeps_every_row(tmp_path: Path) -> None:
+    old = tmp_path / "old.db"
+    ids = make_v6_journal(old)
+    assert _raw(old, "SELECT typeof(value) FROM state WHERE kind = 'json' LIMIT 1") == [("text",)]
+    before = _raw(old, f"SELECT {SUBMISSION_COLUMNS} FROM submissions ORDER BY rowid")
+    with journal.open(old) as j:
+        assert [s.id for s in j.submissions()] == ids  # submission order, not id order
+        assert j.state("s") == STATE
+        assert j.check() == []
+    assert _raw(old, f"SELECT {SUBMISSION_COLUMNS} FROM submissions ORDER BY ordinal") == before
+    assert _raw(old, "SELECT id, ordinal FROM submissions ORDER BY ordinal") == [
+        (sub_id, n) for n, sub_id in enumerate(ids, start=1)
+    ]
+    assert _raw(old, "SELECT DISTINCT typeof(value) FROM state") == [("blob",)]
+    with journal.open(old) as j:
+        # The queue goes on in the order it had: t's head, and none of s's while z1 runs.
+        claims = [j.claim(session_id=sid) for sid in ("t", "t", "s")]
+        assert [c.submission.id if c else None for c in claims] == ["a2", None, None]
+        j.submit("t", "user_message", {"content": "after"}, id="c6")
+        assert [s.id for s in j.submissions()] == [*ids, "c6"]
+        assert j.state("s") == STATE
+    new = tmp_path / "new.db"
+    journal.open(new).close()
+    assert schema_objects(old) == schema_objects(new)
+    conn = apsw.Connection(str(old))
+    assert conn.pragma("user_version") == store.SCHEMA_VERSION == 7
+    assert conn.pragma("integrity_check") == "ok"
+    conn.close()
+
+
+def test_g13_a_migrated_journal_refuses_a_state_value_that_is_not_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    make_v6_journal(path)
+    journal.open(path).close()
+    conn = apsw.Connection(str(path))
+    try:
+        with pytest.raises(apsw.ConstraintError):  # STRICT: a BLOB column takes no text
+            conn.execute("INSERT INTO state (session_id, key, at, kind, value) VALUES ('s', 'k', 0, 'json', '1')")
+        with pytest.raises(apsw.ConstraintError):  # nor bytes that are not JSON's text as json
+            conn.execute("INSERT INTO state (session_id, key, at, kind, value) VALUES ('s', 'k', 0, 'json', x'7b')")
+    finally:
+        conn.close()
+
+
+def test_g13_a_read_only_open_of_a_version_6_journal_reads_it_in_order_and_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    ids = make_v6_journal(path)
+    apsw.Connection(str(path)).close()  # fold the WAL in, so the bytes below are the whole file
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    with journal.open(path, readonly=True) as j:
+        assert [s.id for s in j.submissions()] == ids
+        assert [s.id for s in j.submissions("t")] == ids[1::2]
+        assert j.state("s") == STATE
+        assert j.check() == []
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == digest
+
+
+# -- PostgreSQL's schema version moves with the file's ---------------------------------------------
+
+
+def make_pg_v6_journal(dsn: str) -> list[str]:
+    """A version-6 schema on PostgreSQL: the submission order in a column named ``rowid``."""
+    ids = ["z1", "a2", "m3"]
+    with journal.open(dsn) as j:
+        j.create_session("s")
+        for sub_id in ids:
+            j.submit("s", "user_message", {"content": sub_id}, id=sub_id)
+        j.set_state("s", STATE)
+    with Raw(dsn) as raw:
+        raw.execute("ALTER TABLE submissions RENAME COLUMN ordinal TO rowid")
+        raw.execute("UPDATE journal_meta SET schema_version = 6")
+    return ids
+
+
+def test_g13_a_version_6_schema_on_postgresql_is_migrated_by_a_writable_open(pg_dsn: str) -> None:
+    ids = make_pg_v6_journal(pg_dsn)
+    with journal.open(pg_dsn) as j:
+        assert [s.id for s in j.submissions()] == ids
+        assert j.state("s") == STATE
+        claim = j.claim(session_id="s")
+        assert claim is not None and claim.submission.id == "z1"
+        assert j.check() == []
+    with Raw(pg_dsn) as raw:
+        assert raw.execute("SELECT schema_version FROM journal_meta") == [(store.SCHEMA_VERSION,)]
+        assert raw.execute("SELECT id FROM submissions ORDER BY ordinal") == [(i,) for i in ids]
+    with journal.open(pg_dsn, readonly=True) as ro:
+        assert [s.id for s in ro.submissions()] == ids
+
+
+def test_g13_a_read_only_open_of_a_version_6_schema_on_postgresql_is_refused_and_changes_nothing(
+    pg_dsn: str,
+) -> None:
+    make_pg_v6_journal(pg_dsn)
+    with pytest.raises(journal.NotAJournal, match="open it writable once"):
+        journal.open(pg_dsn, readonly=True)
+    with Raw(pg_dsn) as raw:
+        assert raw.execute("SELECT schema_version FROM journal_meta") == [(6,)]

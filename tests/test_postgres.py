@@ -127,9 +127,7 @@ def test_g12_values_postgresql_cannot_hold_are_refused_before_anything_is_writte
         assert j.count("s") == 1 and j.state("s") == {}
 
 
-def test_g1_a_server_crash_keeps_what_was_committed_fails_the_write_in_its_way_with_a_typed_error_and_the_journal_reconnects() -> (
-    None
-):
+def test_g1_a_server_crash_keeps_the_commits_fails_the_write_with_a_typed_error_and_the_journal_reconnects() -> None:
     with PgServer(fsync=False) as server:
         dsn = server.create_database()
         with journal.open(dsn) as j:
@@ -266,10 +264,10 @@ def test_g2_a_batch_refused_midway_on_the_client_leaves_none_of_its_rows(pg_dsn:
 def _meta_plan(j: journal.Journal, meta: dict) -> str:
     """PostgreSQL's plan of ``sessions(meta=...)``, sequential scans priced out: an index the
     query can use is used."""
-    from journal.log import _session_filters
+    from journal.sessions import _session_filters
     from journal.store.postgres import pg_sql
 
-    where, args = _session_filters(meta, None, None, "postgresql")
+    where, args = _session_filters(j._store.sql, meta, None, None)
     text, _, _ = pg_sql("SELECT s.id FROM sessions AS s WHERE s.purged_ms IS NULL" + where)
     conn = j._store._conn
     conn.execute("SET enable_seqscan = off")
@@ -314,7 +312,7 @@ def test_parity_a_file_with_long_meta_values_exports_and_imports_into_a_server(t
 def test_parity_a_file_with_every_identifier_at_its_limit_exports_and_imports_into_a_server(
     tmp_path: Path, pg_dsn: str
 ) -> None:
-    from tests.test_g12_hostile_input import write_identifiers_at_their_limits
+    from tests.contract.test_g12_hostile_input import write_identifiers_at_their_limits
 
     source = tmp_path / "bot.db"
     with journal.open(source) as j:
@@ -396,7 +394,7 @@ def test_g13_a_journal_meta_of_another_shape_is_not_a_stamp(pg_server, pg_dsn: s
             raw.execute(f"INSERT INTO journal_meta ({columns}) VALUES ('journal', '{SCHEMA_VERSION}')")
     before = _pg_dump(pg_server, pg_dsn)
     for readonly in (False, True):
-        with pytest.raises(journal.NotAJournal, match="journal_meta|another application"):
+        with pytest.raises(journal.NotAJournal, match=r"journal_meta|another application"):
             journal.open(pg_dsn, readonly=readonly)
     assert _pg_dump(pg_server, pg_dsn) == before
 

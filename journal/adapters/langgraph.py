@@ -189,7 +189,7 @@ def _unb64(pair: list[str]) -> tuple[str, bytes]:
 def _is_json(value: Any) -> bool:
     """Whether ``value`` is stored as plain JSON and read back equal (else it goes through serde)."""
     try:
-        return json.loads(json.dumps(value, allow_nan=False)) == value
+        return bool(json.loads(json.dumps(value, allow_nan=False)) == value)
     except (TypeError, ValueError, RecursionError):
         return False
 
@@ -731,6 +731,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 if event.data["ns"] == "" and event.data["id"] == parent:
                     if "messages_mirrored" not in event.data:
                         return 0  # the parent had no messages
+                    count: int
                     count, last = event.data["messages_mirrored"]
                     if 0 < count <= len(messages) and _ident(messages[count - 1], count - 1) == last:
                         return count
@@ -999,7 +1000,7 @@ def _tool_node(graph: Any, head: CheckpointTuple, named: str | None) -> str:
         if named not in nodes:
             raise ToolNodeNotFound(tuple(sorted(nodes)), (), named=named)
         return named
-    tools = sorted(n for n, spec in nodes.items() if isinstance(getattr(spec, "bound", None), ToolNode))
+    tools: list[str] = sorted(n for n, spec in nodes.items() if isinstance(getattr(spec, "bound", None), ToolNode))
     if len(tools) == 1:
         return tools[0]
     pending = projection.pending_nodes(head.checkpoint, head.checkpoint["channel_values"])

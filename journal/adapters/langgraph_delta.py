@@ -87,7 +87,8 @@ def _shared(versions: tuple[str, ...]) -> list[Any]:
     out: list[Any] = []
     before = ""
     for version in versions:
-        n = len(os.path.commonprefix([before, version]))
+        # The shared characters of two version strings (not path components) are what is meant.
+        n = len(os.path.commonprefix([before, version]))  # noqa: RUF071
         out.append([n, version[n:]])
         before = version
     return out

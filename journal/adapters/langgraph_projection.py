@@ -104,7 +104,7 @@ def asking_node(checkpoint: Mapping[str, Any], parent: Mapping[str, Any] | None)
     if parent is None:
         return None
     now, before = checkpoint.get("versions_seen", {}), parent.get("versions_seen", {})
-    ran = [n for n in now if n not in _NOT_NODES and now[n] != before.get(n)]
+    ran: list[str] = [n for n in now if n not in _NOT_NODES and now[n] != before.get(n)]
     if len(ran) == 1 and _BRANCH + ran[0] in checkpoint.get("channel_versions", {}):
         return ran[0]
     return None

@@ -233,7 +233,8 @@ def _drive(coro: Coroutine[Any, Any, R]) -> R:
     try:
         coro.send(None)
     except StopIteration as stop:
-        return stop.value
+        done: R = stop.value  # what the coroutine returned
+        return done
     coro.close()  # pragma: no cover - a _Direct call never suspends
     raise RuntimeError("a synchronous journal call suspended")  # pragma: no cover
 
@@ -368,7 +369,8 @@ class JournalSession:
                 continue  # someone appended meanwhile: look again
             if shown.at is None:  # an item the runner saved: its typed event follows it
                 await self._retract_derived(shown.key[1])
-            return shown.item
+            item: TResponseInputItem = shown.item  # the stored item, as the runner gave it
+            return item
         raise CountMismatch(self.journal_id, count, -1)  # pragma: no cover - a writer that never pauses
 
     async def clear_session(self) -> None:
@@ -664,7 +666,7 @@ class JournalRunHooks(RunHooks[Any]):
             if not batch:
                 return []
             try:
-                events = await self._call("append_many", sid, batch, expected_count=count)
+                events: list[Event] = await self._call("append_many", sid, batch, expected_count=count)
             except CountMismatch:
                 count = None  # someone else wrote: read the turn and try again
                 continue

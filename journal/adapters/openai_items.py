@@ -264,7 +264,9 @@ def _typed_facts(tail: Iterable[Event]) -> tuple[dict[str, Any], list[_Asked]]:
             calls = tuple(c for c in event.data["tool_calls"] if isinstance(c, dict) and isinstance(c.get("id"), str))
             turn.append(_Asked(event.seq, calls, call_items(event)))
         elif event.type == "tool_result":
-            results.setdefault(event.data.get("tool_call_id"), event.data.get("content"))
+            call_id = event.data.get("tool_call_id")
+            if isinstance(call_id, str):  # (the codec checks a result's call id)
+                results.setdefault(call_id, event.data.get("content"))
     return results, asked
 
 
@@ -347,7 +349,9 @@ def shown_items(marks: Sequence[Event], tail: Sequence[Event], *, since: int = 0
             elif event.type == POP:
                 if "call_id" in event.data:
                     break
-                shown.pop(event.data.get("seq"), None)
+                seq = event.data.get("seq")
+                if isinstance(seq, int):  # (a pop this adapter wrote names a seq; another pops nothing)
+                    shown.pop(seq, None)
         else:
             return list(shown.values())
     return [s.item for s in project(marks, tail, since=since)]

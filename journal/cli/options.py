@@ -38,7 +38,8 @@ def open_journal(db: str, *, create: bool = False, **kwargs: Any) -> journal.Jou
     return journal.open(db, **kwargs)
 
 
-class Seconds(click.ParamType):
+# ParamType is generic in recent click only: ParamType[float] would fail to import on click 8.1.
+class Seconds(click.ParamType):  # type: ignore[type-arg]
     """A polling interval: finite, above zero, at most an hour (NaN and inf are refused)."""
 
     name = "seconds"

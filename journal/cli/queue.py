@@ -15,7 +15,8 @@ from journal.cli.output import output, output_options
 @db_option
 @click.option("--session", "session_id", default=None, help="Only this session's submissions.")
 @click.option("--id", "submission_id", default=None, help="Only the submission with this id.")
-@click.option("--state", type=click.Choice(["queued", "running", "completed", "failed"]), default=None)
+@click.option("--state", type=click.Choice(["queued", "running", "completed", "failed"]), default=None,
+              help="Only the submissions in this state.")  # fmt: skip
 @output_options
 def submissions(
     db: str, session_id: str | None, submission_id: str | None, state: str | None, as_json: bool, as_nl: bool
@@ -36,7 +37,10 @@ def submissions(
 def _submission_line(sub: Submission) -> str:
     lease = f" lease {render.cut_id(sub.lease_owner)}" if sub.lease_owner else ""
     outcome = f" ({render.cut(sub.outcome)})" if sub.outcome else ""
-    return f"{render.cut_id(sub.id)}  {render.cut_id(sub.session_id)}  {sub.state.value:<9} attempt {sub.attempt}/{sub.max_attempts}{lease}{outcome}"
+    return (
+        f"{render.cut_id(sub.id)}  {render.cut_id(sub.session_id)}  {sub.state.value:<9} "
+        f"attempt {sub.attempt}/{sub.max_attempts}{lease}{outcome}"
+    )
 
 
 @main.command()

@@ -114,7 +114,8 @@ def event_line(event: Event) -> tuple[int, str]:
     if t in ("user_message", "system_message"):
         return 1, f"{t.split('_')[0]:<10} {cut(d.get('content'))}"
     if t == "assistant_message":
-        calls = d.get("tool_calls") if isinstance(d.get("tool_calls"), list) else []
+        found = d.get("tool_calls")
+        calls: list[Any] = found if isinstance(found, list) else []
         text = cut(d.get("content"), 60) if d.get("content") else ""
         parts = [text] + [f"-> {_call(c) if isinstance(c, dict) else cut(c)}" for c in calls]
         stop = d.get("stop_reason")
@@ -124,7 +125,8 @@ def event_line(event: Event) -> tuple[int, str]:
         extra = "".join(f" {k}={cut(d[k])}" for k in ("effect", "idempotency_key", "request_id") if k in d)
         return 1, f"{'dispatch':<10} {cut_name(d.get('name'))} [{cut_id(d.get('id'))}]{extra}"
     if t in ("tool_result", "tool_result_late"):
-        meta = d.get("metadata") if isinstance(d.get("metadata"), dict) else {}
+        given = d.get("metadata")
+        meta: dict[str, Any] = given if isinstance(given, dict) else {}
         label = "result" if t == "tool_result" else "late"
         if meta.get("synthetic"):
             risk = meta.get("risk")
@@ -167,22 +169,25 @@ def scan_report(report: ScanReport) -> list[str]:
     lines = []
     for turn in report.open_turns:
         lines.append(
-            f"open turn {turn.turn} in session {cut_id(turn.session_id)} (seq {turn.start_seq}, phase {turn.phase.value}, "
-            f"attempt {turn.attempt})" + (f", held by live process {cut(turn.owner)}" if turn.held else "")
+            f"open turn {turn.turn} in session {cut_id(turn.session_id)} "
+            f"(seq {turn.start_seq}, phase {turn.phase.value}, attempt {turn.attempt})"
+            + (f", held by live process {cut(turn.owner)}" if turn.held else "")
         )
         for call in turn.owed:
             state = "dispatched, no result" if call.dispatched else "requested, not dispatched"
             lines.append(f"    owes {cut_name(call.name)} [{cut_id(call.call_id)}]: {state}")
-    for call in report.pending_calls:
-        where = f"in {cut_id(call.session_id)} (seq {call.dispatch_seq})"
-        lines.append(f"dispatched without result: {cut_name(call.name)} [{cut_id(call.call_id)}] {where}")
-    for call in report.indeterminate:
+    for pending in report.pending_calls:
+        where = f"in {cut_id(pending.session_id)} (seq {pending.dispatch_seq})"
+        lines.append(f"dispatched without result: {cut_name(pending.name)} [{cut_id(pending.call_id)}] {where}")
+    for unknown in report.indeterminate:
         lines.append(
-            f"indeterminate (awaiting an operator): {cut_name(call.name)} [{cut_id(call.call_id)}] in {cut_id(call.session_id)}"
+            f"indeterminate (awaiting an operator): {cut_name(unknown.name)} [{cut_id(unknown.call_id)}] "
+            f"in {cut_id(unknown.session_id)}"
         )
     for sub in report.stale_submissions:
         lines.append(
-            f"submission {cut_id(sub.id)} ({cut_id(sub.session_id)}): running, lease {cut(sub.reason)} (attempt {sub.attempt})"
+            f"submission {cut_id(sub.id)} ({cut_id(sub.session_id)}): running, "
+            f"lease {cut(sub.reason)} (attempt {sub.attempt})"
         )
     for sub in report.queued_submissions:
         lines.append(f"submission {cut_id(sub.id)} ({cut_id(sub.session_id)}): queued")
@@ -221,6 +226,7 @@ def messages(folded: Iterable[Any], *, missing: Iterable[Any] = ()) -> list[str]
         lines.append(f"{position:>4}  {message.role:<9} {body}")
     for gap in missing:
         lines.append(
-            f"      MISSING result for {cut_name(gap.name)} [{cut_id(gap.tool_call_id)}] (run recovery before sending this)"
+            f"      MISSING result for {cut_name(gap.name)} [{cut_id(gap.tool_call_id)}] "
+            "(run recovery before sending this)"
         )
     return lines

@@ -15,11 +15,13 @@ from journal.store.target import redact
 @main.command()
 @db_option
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="The address to listen on. Anything but loopback is warned about: the viewer has no login.")  # fmt: skip
+              help="The address to listen on. Anything but loopback is warned about: "
+                   "the viewer has no login.")  # fmt: skip
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
               help="The port (0: any free one).")  # fmt: skip
 @click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
-              help="Another name the viewer answers to (its Host header), besides the bound one and localhost. Repeatable.")  # fmt: skip
+              help="Another name the viewer answers to (its Host header), besides the bound one "
+                   "and localhost. Repeatable.")  # fmt: skip
 @click.option("--open", "open_browser", is_flag=True, help="Open the viewer in a web browser.")
 def serve(db: str, host: str, port: int, allow_hosts: tuple[str, ...], open_browser: bool) -> None:
     """Serve a read-only web viewer of the journal: sessions, transcripts, the scan, live following."""

@@ -22,7 +22,8 @@ from journal.store.target import is_dsn
 
 @main.command()
 @db_option
-@click.option("--durability", type=click.Choice(["full", "normal"]), default="full", show_default=True)
+@click.option("--durability", type=click.Choice(["full", "normal"]), default="full", show_default=True,
+              help="How this command's writes are synced: full survives power loss, normal a crash.")  # fmt: skip
 def init(db: str, durability: str) -> None:
     """Create a journal file (or check that an existing one is a journal that can be written)."""
     with open_journal(db, create=True, durability=durability) as j:

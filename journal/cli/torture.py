@@ -17,7 +17,8 @@ from journal.store.target import is_dsn
 @main.command()
 @click.option("--trials", type=click.IntRange(min=1), default=200, show_default=True, help="How many trials.")
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of the trials' random draws.")
-@click.option("--durability", type=click.Choice(["full", "normal"]), default="full", show_default=True)
+@click.option("--durability", type=click.Choice(["full", "normal"]), default="full", show_default=True,
+              help="The agent's journal.open(durability=): full survives power loss, normal a crash.")  # fmt: skip
 @click.option("--jobs", type=click.IntRange(min=1), default=lambda: min(os.cpu_count() or 1, 4),
               show_default="CPU count, at most 4", help="Worker processes.")  # fmt: skip
 @click.option("--workdir", type=click.Path(file_okay=False), default=None,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Iterable
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar, cast
 
 import attrs
 
@@ -140,7 +140,7 @@ class _State:
     def to_dict(self) -> dict[str, Any]:
         """The state as plain data (``kind`` first; events as their ``to_dict``)."""
         out: dict[str, Any] = {"kind": self.kind}
-        for field in attrs.fields(type(self)):
+        for field in attrs.fields(cast("type[attrs.AttrsInstance]", type(self))):  # each state is an attrs class
             value = getattr(self, field.name)
             if isinstance(value, Event):
                 value = value.to_dict()
@@ -211,7 +211,7 @@ class Resume(_State):
     consecutive_retryable_errors: int
 
 
-ClassifiedState = Union[Absent, AdvancedPastInput, Completed, ToolUseUnresolved, TerminalError, Pending, Resume]
+ClassifiedState = Absent | AdvancedPastInput | Completed | ToolUseUnresolved | TerminalError | Pending | Resume
 
 
 @attrs.frozen
@@ -329,7 +329,7 @@ def is_context_overflow(assistant: Event, *, context_window: int) -> bool:
     stop_reason = _stop_reason(assistant)
     if stop_reason == StopReason.ERROR.value:
         message = _error_message(assistant)
-        return bool(message) and _is_overflow_message(message)
+        return message is not None and message != "" and _is_overflow_message(message)
     window = _token_count(context_window)
     usage = _data(assistant).get("usage")
     if not window or not isinstance(usage, dict):

@@ -2,10 +2,12 @@
 
 Pure functions over one session's log, in seq order: the complete log, or a window of it that
 starts at the outermost open turn together with ``Before``, what the log says of the window's
-calls before it (the plan is then the same). No I/O; applying the plan is someone else's job. An orphaned ``turn_start`` (a turn that never got its ``turn_end``) is the
-crash signal; the repair is one synthetic ``tool_result`` per call the turn still owes, each with
-a risk, then a ``turn_end`` with reason ``interrupted``. Nothing else is ever planned, so a clean
-log (every turn closed) gets an empty plan even when it has a dangling call (G8).
+calls before it (the plan is then the same). No I/O; applying the plan is someone else's job.
+
+An orphaned ``turn_start`` (a turn that never got its ``turn_end``) is the crash signal; the
+repair is one synthetic ``tool_result`` per call the turn still owes, each with a risk, then a
+``turn_end`` with reason ``interrupted``. Nothing else is ever planned, so a clean log (every
+turn closed) gets an empty plan even when it has a dangling call (G8).
 
 Detection keys on event types only, never on reasons or metadata, which is what makes planning
 the result of a plan come out empty.
@@ -172,16 +174,16 @@ def _walk(events: Iterable[Event], before: Before | None = None) -> _Log:
                     if isinstance(call, dict) and _is_id(call.get("id")):
                         log.sight(call["id"], call.get("name"))
         elif kind == EventType.TOOL_CALL:
-            call_id = data.get("id")
-            if _is_id(call_id):
-                log.dispatched.add(call_id)
+            dispatched = data.get("id")
+            if _is_id(dispatched):
+                log.dispatched.add(dispatched)
                 if innermost is not None:
-                    innermost.dispatched.add(call_id)
-                log.sight(call_id, data.get("name"))
+                    innermost.dispatched.add(dispatched)
+                log.sight(dispatched, data.get("name"))
         elif kind == EventType.TOOL_RESULT:
-            call_id = data.get("tool_call_id")
-            if _is_id(call_id):
-                log.answered.add(call_id)
+            answered = data.get("tool_call_id")
+            if _is_id(answered):
+                log.answered.add(answered)
     return log
 
 

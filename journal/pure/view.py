@@ -87,7 +87,7 @@ class MissingResult:
     """A tool call in the provider view that has no result (yet)."""
 
     assistant_seq: int | None
-    tool_call_id: str | None
+    tool_call_id: str  # a requested call's id: never missing (the codec checks it)
     name: str | None
 
 

@@ -107,7 +107,8 @@ def _message_pages(messages: list[Any]) -> Iterator[list[Any]]:
     it is written: the document is never built whole."""
     messages.reverse()
     while messages:
-        page, size = [], 0
+        page: list[Any] = []
+        size = 0
         while messages and (not page or size < PAGE_BYTES):
             item = messages.pop().to_dict()
             content = item.get("content")

@@ -20,12 +20,14 @@ h1 { font-size: 1.3em; margin: .4em 0; } h2 { font-size: 1.1em; margin: 1.2em 0 
 .id, .call, .seq, .args, time, .meta, code { font-family: ui-monospace, monospace; font-size: 12.5px; }
 .content, .args, .meta, .body { white-space: pre-wrap; overflow-wrap: anywhere; }
 table.sessions { border-collapse: collapse; width: 100%; }
-table.sessions th, table.sessions td { text-align: left; padding: .25em .6em; border-bottom: 1px solid var(--line); vertical-align: top; }
+table.sessions th, table.sessions td { text-align: left; padding: .25em .6em; border-bottom: 1px solid var(--line);
+                                       vertical-align: top; }
 td.num { text-align: right; }
 .pager { margin: .6em 0; color: var(--muted); } .pager a { margin-left: .8em; }
 .tabs { margin: .8em 0; border-bottom: 1px solid var(--line); }
 .tabs a { display: inline-block; padding: .3em .9em; margin-bottom: -1px; border: 1px solid transparent; }
-.tabs a[aria-current] { border-color: var(--line); border-bottom-color: Canvas; font-weight: 600; text-decoration: none; }
+.tabs a[aria-current] { border-color: var(--line); border-bottom-color: Canvas; font-weight: 600;
+                        text-decoration: none; }
 .ev, .msg { display: grid; grid-template-columns: 4.5em 7.5em 1fr auto; gap: .6em; padding: .2em .3em;
             border-bottom: 1px solid var(--bg2); align-items: baseline; }
 .ev .seq, .msg .seq { text-align: right; color: var(--muted); text-decoration: none; }

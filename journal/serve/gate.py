@@ -176,7 +176,8 @@ class Gate:
         if scope.get("query_string"):
             target += "?" + scope["query_string"].decode("latin-1")
         status = state["status"] if state["status"] is not None else "-"
-        line = f'{client[0]} "{scope.get("method", "-")} {target} HTTP/{scope.get("http_version", "1.1")}" {status} {state["bytes"]}'
+        request = f'"{scope.get("method", "-")} {target} HTTP/{scope.get("http_version", "1.1")}"'
+        line = f"{client[0]} {request} {status} {state['bytes']}"
         self.log(redact(line + (f" ({note})" if note else "")))
 
 

@@ -11,6 +11,7 @@ the session's events (one indexed query) and reads events only when it changed.
 
 from __future__ import annotations
 
+import functools
 import re
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -26,7 +27,7 @@ from journal import Journal, Session, SessionNotFound
 from journal.escape import dumps, escape
 from journal.log import check_session_id
 from journal.preview import Preview
-from journal.serve import api, pages
+from journal.serve import api, log_page, pages
 from journal.serve.assets import SCRIPT, STYLE
 from journal.serve.gate import HttpError
 from journal.serve.watch import GONE, Watcher
@@ -216,7 +217,12 @@ def _log_body(j: Journal, s: Session, query: dict[str, str]) -> str:
     follow = None
     if stop >= s.count:  # the end of the log: the page can follow it live
         follow = pages.url("sessions", s.id, "events", since=stop, start=start)
-    return pages.log_view(s, events, window, follow=follow, page=size or LOG_PAGE)
+    return log_page.log_view(s, events, window, follow=follow, page=size or LOG_PAGE)
+
+
+def _window(session_id: str, since: int, limit: int, j: Journal) -> list[Preview]:
+    """A live stream's next events, as previews (the page's clip)."""
+    return j.previews(session_id, since=since, limit=limit, chars=pages.CLIP)
 
 
 def _events(previews: list[Preview]) -> list[Any]:
@@ -243,12 +249,12 @@ async def _follow(viewer: Reader, request: Request, session_id: str, query: dict
     Each poll counts the session's events (one indexed query); only when the count grew does it
     read the new ones (at most ``LIVE_BATCH``, as previews) with a margin before them, to pair
     calls with results. An idle follower reads no event; nothing grows with the session."""
-    since = _int(query, "since")
+    asked = _int(query, "since")
     last = request.headers.get("last-event-id", "")
     if re.fullmatch(r"[0-9]{1,18}", last):
-        since = int(last) + 1
+        asked = int(last) + 1
     count = await viewer.read(lambda j: j.count(session_id))  # an unknown session: 404 before the stream
-    since = count if since is None else since
+    since: int = count if asked is None else asked
     start = _int(query, "start", default=since)
     assert start is not None
     headers = {"X-Accel-Buffering": "no"}
@@ -264,18 +270,14 @@ async def _follow(viewer: Reader, request: Request, session_id: str, query: dict
     async def stream() -> AsyncIterator[bytes]:
         nonlocal since, count
         yield b"retry: 1000\n\n"
-        renderer = pages.LogRenderer(session_id, pages.Calls.of(()), shown=range(start, SEQ_MAX))
+        renderer = log_page.LogRenderer(session_id, log_page.Calls.of(()), shown=range(start, SEQ_MAX))
         primed = False
         with viewer.watcher.follow(session_id, count) as sub:
             while not viewer.stopping.is_set():
                 if count > since:
                     low = max(since - MARGIN, 0)
                     window = _events(
-                        await viewer.read(
-                            lambda j, low=low, size=since - low + LIVE_BATCH: j.previews(
-                                session_id, since=low, limit=size, chars=pages.CLIP
-                            )
-                        )
+                        await viewer.read(functools.partial(_window, session_id, low, since - low + LIVE_BATCH))
                     )
                     if not primed:  # where the first new event sits: inside a turn, a step?
                         if window and window[0].seq > 0:
@@ -285,7 +287,7 @@ async def _follow(viewer: Reader, request: Request, session_id: str, query: dict
                                 renderer.advance(e)
                         primed = True
                     batch = [e for e in window if e.seq >= since]
-                    calls = pages.Calls.of(window)  # the margin too: a result finds its request
+                    calls = log_page.Calls.of(window)  # the margin too: a result finds its request
                     del window
                     if batch:
                         renderer.calls = calls
@@ -328,7 +330,7 @@ class _Stream(StreamingResponse):
                     await aclose()
 
 
-def _sse(renderer: pages.LogRenderer, event: Any) -> str:
+def _sse(renderer: log_page.LogRenderer, event: Any) -> str:
     """One event as a server-sent event: its row's HTML, and for a dispatch or a result the
     new status of its call (the script updates the call where the assistant asked for it)."""
     d = event.data

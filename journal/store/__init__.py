@@ -4,7 +4,7 @@
 interfaces of ``journal.store.base``, and the library's own errors.
 """
 
-from journal.store.base import Database, Store
+from journal.store.base import Database, Store, UniqueViolation
 from journal.store.sqlite import (
     APPLICATION_ID,
     DEFAULT_BUSY_TIMEOUT_MS,
@@ -13,10 +13,10 @@ from journal.store.sqlite import (
     SQLITE_HEADER,
     SqliteDatabase,
     SqliteStore,
-    UniqueViolation,
     schema_sql,
     schema_statements,
 )
+from journal.store.statements import Statements
 
 __all__ = [
     "APPLICATION_ID",
@@ -27,6 +27,7 @@ __all__ = [
     "Database",
     "SqliteDatabase",
     "SqliteStore",
+    "Statements",
     "Store",
     "UniqueViolation",
     "schema_sql",

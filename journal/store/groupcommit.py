@@ -172,7 +172,9 @@ class GroupCommit:
         scoped = own is not None and self._store.dialect != "sqlite"
         committing = False  # past the appends: an error now is the COMMIT's
         try:
-            with self._store.write(self._operation, present=present_any, sessions=(own,) if scoped else None) as db:
+            with self._store.write(
+                self._operation, present=present_any, sessions=(own,) if scoped and own is not None else None
+            ) as db:
                 with self._mutex:
                     if scoped:
                         riders = [item for item in self._queue if item.session == own]

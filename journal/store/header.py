@@ -177,7 +177,8 @@ def hot_journal_original_pages(path: str) -> int | None:
         return None
     if len(header) < _JOURNAL_HEADER or header[:8] != _JOURNAL_MAGIC:
         return -1
-    return struct.unpack_from(">I", header, 16)[0]
+    (pages,) = struct.unpack_from(">I", header, 16)
+    return int(pages)
 
 
 def committed_page_ones(wal_path: str) -> Iterator[bytes]:

@@ -1,7 +1,8 @@
 """The PostgreSQL store (DESIGN §16): the only module that talks to psycopg.
 
-``journal.open("postgresql://...")`` gives the same ``Journal`` over this store. The parts'
-SQL is SQLite's; ``pg_sql`` translates the few constructs that differ, once per statement text.
+``journal.open("postgresql://...")`` gives the same ``Journal`` over this store. A statement
+whose text is the same in both dialects is the parts' own; one that differs is PostgreSQL's own
+text in ``journal.store.postgres_sql``. ``pg_sql`` translates the placeholder style only.
 The schema is ``schema_pg.sql`` (the same tables, keys, CHECKs and triggers, in PL/pgSQL),
 stamped in ``journal_meta`` (G13: a database of another application, or a newer schema, is
 refused and left untouched).
@@ -29,7 +30,7 @@ import functools
 import hashlib
 import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from decimal import Decimal
 from importlib import resources
 from typing import Any
@@ -37,7 +38,6 @@ from typing import Any
 import psycopg
 from psycopg.adapt import Loader
 
-from journal import crash
 from journal.errors import (
     DiskFull,
     InvalidArgument,
@@ -50,11 +50,14 @@ from journal.errors import (
     SchemaViolation,
 )
 from journal.model import Durability, WriteOutcome
-from journal.store.base import UniqueViolation, lone_surrogate, outcome_after_failed_commit
+from journal.store.base import SavepointBatch, Transactions, UniqueViolation, lone_surrogate
+from journal.store.postgres_sql import PREVIEWS_AT_SQL as PREVIEWS_AT_SQL  # (where they were: tests name them here)
+from journal.store.postgres_sql import PREVIEWS_SQL as PREVIEWS_SQL
+from journal.store.postgres_sql import STATEMENTS
 from journal.store.target import redact, secrets
 
 APPLICATION = "journal"
-SCHEMA_VERSION = 6  # the same version as the SQLite file's: the same tables and guarantees
+SCHEMA_VERSION = 7  # the same version as the SQLite file's: the same tables and guarantees
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
 
 
@@ -73,40 +76,21 @@ def schema_sql() -> str:
     return resources.files("journal").joinpath("schema_pg.sql").read_text(encoding="utf-8")
 
 
-# -- the dialect -------------------------------------------------------------------------------
+# -- the placeholder style --------------------------------------------------------------------
 
+# A string literal (its ? and % are text), a placeholder, or a % (psycopg's own marker).
 _TOKENS = re.compile(r"'(?:[^']|'')*'|\?(\d*)|%")
-_REWRITES = [
-    (re.compile(r"\s+INDEXED BY \w+"), ""),  # PostgreSQL's planner picks its own index
-    (re.compile(r"json_each\(\?\)"), "json_array_elements_text(?::json)"),  # a JSON array's items
-    (re.compile(r"\binstr\("), "strpos("),
-    # A session by a meta value: through the digests schema_pg.sql indexes (a key or value may
-    # be longer than a btree entry), rechecked on the text itself. Each binding is used once.
-    (
-        re.compile(r"SELECT session_id FROM session_meta WHERE key = \? AND type = \? AND value = \?"),
-        (
-            "SELECT m.session_id FROM (SELECT ?::text AS k, ?::text AS t, ?::text AS v) AS p JOIN session_meta AS m "
-            "ON md5(m.key) = md5(p.k) AND m.type = p.t AND md5(m.value) = md5(p.v) AND m.key = p.k AND m.value = p.v"
-        ),
-    ),
-    # data ->> '$.key' on JSON kept as text
-    (re.compile(r"(\b[\w.]+) ->> '\$\.(\w+)'"), r"(\1::json ->> '\2')"),
-    (
-        re.compile(r"json_set\((\w+), '\$\.(\w+)', \?\)"),
-        r"(\1::jsonb || jsonb_build_object('\2', ?::bigint))::text",
-    ),
-]
 
 
 @functools.lru_cache(maxsize=1024)
 def pg_sql(sql: str) -> tuple[str, tuple[int, ...] | None, bool]:
-    """SQLite's statement text as PostgreSQL's: ``(text, order, writes)``.
+    """A statement's placeholders in psycopg's style: ``(text, order, writes)``. Only the
+    placeholders change: the text is PostgreSQL's already (``journal.store.postgres_sql`` holds
+    the statements whose text differs from SQLite's).
 
-    ``?`` becomes ``%s`` (a ``%`` is doubled, inside a string literal too); ``?N`` too, and ``order`` then names, for
-    each ``%s``, the 0-based index of the binding it takes. ``writes``: the statement may change
-    rows (it runs under a savepoint inside a transaction)."""
-    for pattern, replacement in _REWRITES:
-        sql = pattern.sub(replacement, sql)
+    ``?`` becomes ``%s`` (a ``%`` is doubled, inside a string literal too); ``?N`` too, and
+    ``order`` then names, for each ``%s``, the 0-based index of the binding it takes.
+    ``writes``: the statement may change rows (it runs under a savepoint inside a transaction)."""
     order: list[int] = []
     numbered = False
 
@@ -191,6 +175,12 @@ def _detail(exc: BaseException, secret_values: tuple[str, ...] = ()) -> str:
     return redact(text.splitlines()[0], secret_values) if text else type(exc).__name__
 
 
+def _row(row: tuple[Any, ...] | None) -> tuple[Any, ...]:
+    """The row of a query that always returns one (``SELECT current_schema()``)."""
+    assert row is not None
+    return row
+
+
 def _bad_value(exc: BaseException) -> InvalidArgument:
     """A value psycopg cannot send (a lone surrogate, a NUL in text): the caller's bad argument,
     refused before anything of it was written."""
@@ -219,40 +209,6 @@ def _unsent(exc: BaseException) -> bool:
     of a value are DataErrors too, and carry an SQLSTATE)."""
     return isinstance(exc, _UNSENDABLE) and getattr(exc, "sqlstate", None) is None
 
-
-# The viewer's read of a page of events (journal.preview), PostgreSQL's text of the SQLite
-# store's PREVIEWS_SQL: each event's seq, type, time and size in bytes, and its first ?5 fields
-# (one more, to tell there are more) as [key, value, cut], every string and every object's or
-# array's JSON text cut to ?4 characters in the server; of ``tool_calls``, the first ?5 calls'
-# id, name and arguments (cut).
-_PREVIEW_COLUMNS = """\
-SELECT e.seq, e.type, e.time_ms, octet_length(e.data),
-  (SELECT coalesce(json_agg(json_build_array(left(f.key, ?4::int), CASE
-     WHEN f.key = 'tool_calls' AND f.kind = 'array' THEN
-       (SELECT coalesce(json_agg(CASE WHEN json_typeof(c.value) = 'object' THEN json_build_object(
-           'id', left(c.value ->> 'id', ?4::int), 'name', left(c.value ->> 'name', ?4::int),
-           'arguments', CASE WHEN length((c.value -> 'arguments')::text) <= ?4::int THEN c.value -> 'arguments'
-                             ELSE to_json(left((c.value -> 'arguments')::text, ?4::int)) END,
-           'cut', coalesce(length((c.value -> 'arguments')::text) > ?4::int, false)) END ORDER BY c.n), '[]'::json)
-        FROM (SELECT value, n FROM json_array_elements(f.value) WITH ORDINALITY AS a (value, n)
-              ORDER BY n LIMIT ?5) AS c)
-     WHEN f.kind = 'string' THEN to_json(left(f.value #>> '{}', ?4::int))
-     WHEN f.kind IN ('object', 'array') AND length(f.value::text) > ?4::int THEN to_json(left(f.value::text, ?4::int))
-     ELSE f.value END,
-     CASE WHEN f.kind = 'string' THEN length(f.value #>> '{}') > ?4::int
-          WHEN f.kind IN ('object', 'array') THEN length(f.value::text) > ?4::int ELSE false END) ORDER BY f.n), '[]'::json)::text
-   FROM (SELECT key, value, json_typeof(value) AS kind, n FROM json_each(e.data::json) WITH ORDINALITY AS d (key, value, n)
-         ORDER BY n LIMIT ?5 + 1) AS f)
-"""
-PREVIEWS_SQL = (
-    _PREVIEW_COLUMNS + "FROM events AS e WHERE e.session_id = ?1 AND e.seq >= ?2 AND e.seq < ?3 ORDER BY e.seq"
-)
-# The same cut read of the events at the seqs ?6 (a JSON array) of ?2 <= seq < ?3 (the SQLite
-# store's PREVIEWS_AT_SQL): driven from the list, one index seek a seq.
-PREVIEWS_AT_SQL = _PREVIEW_COLUMNS + (
-    "FROM json_array_elements_text(?6::json) AS w (value) JOIN events AS e "
-    "ON e.session_id = ?1 AND e.seq = w.value::bigint WHERE e.seq >= ?2 AND e.seq < ?3 ORDER BY e.seq"
-)
 
 # Every kind of object a schema can hold, as the catalog names them. A schema without a stamp
 # that holds any of them is another application's (the journal creates its objects and its
@@ -297,6 +253,12 @@ ALTER TABLE session_meta DROP CONSTRAINT IF EXISTS session_meta_pkey;
 CREATE INDEX IF NOT EXISTS session_meta_match ON session_meta (md5(key), type, md5(value));
 CREATE INDEX IF NOT EXISTS session_meta_session ON session_meta (session_id);
 """
+# Each migration takes a schema from its version to the next, inside one write transaction (the
+# SQLite file's versions: 7 names the submission order ``ordinal``; state values were bytes here
+# already).
+MIGRATIONS: dict[int, str] = {
+    6: "ALTER TABLE submissions RENAME COLUMN rowid TO ordinal",
+}
 # journal_meta as schema_pg.sql makes it: a table of that name and another shape is not a stamp.
 _META_COLUMNS = [("one", "integer"), ("application", "text"), ("schema_version", "integer")]
 
@@ -306,11 +268,7 @@ class PgDatabase:
 
     __slots__ = ("_conn", "_cursor", "_guarded", "_lock", "next_seqs")
     dialect = "postgresql"
-    previews_sql = PREVIEWS_SQL  # the viewer's cut read of events (journal.preview)
-    previews_at_sql = PREVIEWS_AT_SQL  # the same, of the events at given seqs (journal.transcript)
-    # Differs after a transaction committed (the snapshot's horizon moves): reads no table.
-    change_token_sql = "SELECT pg_current_snapshot()::text"
-    open_work_sql = None  # recovery plans each session with the planner here (journal.recovery_batch)
+    sql = STATEMENTS  # the statements whose text is PostgreSQL's own (journal.store.statements)
 
     def __init__(self, conn: psycopg.Connection, *, guarded: bool, lock: str | None = None) -> None:
         self._conn = conn
@@ -399,73 +357,13 @@ class PgDatabase:
         return self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
 
 
-class _Batch:
-    """The writes inside one ``PostgresStore.batch`` transaction."""
-
-    def __init__(self, store: PostgresStore, conn: psycopg.Connection) -> None:
-        self._store = store
-        self._conn = conn
-        self._open = False
-        self._broken = False
-
-    @property
-    def broken(self) -> bool:
-        return self._broken or self._conn.closed or not PgDatabase(self._conn, guarded=False).in_transaction
-
-    @contextlib.contextmanager
-    def savepoint(self, operation: str, *, synced: bool, commit: bool) -> Iterator[PgDatabase]:
-        if self._open:
-            raise RuntimeError("journal: nested write transaction (use a *_txn helper)")
-        conn = self._conn
-        try:
-            conn.execute("SAVEPOINT write")
-            if synced and self._store.durability is not Durability.FULL:
-                conn.execute("SET LOCAL synchronous_commit = on")
-        except psycopg.Error as exc:
-            self._broken = True
-            raise self._store._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
-        self._open = True
-        db = PgDatabase(conn, guarded=True)
-        try:
-            try:
-                yield db
-            except BaseException:
-                self._undo()
-                raise
-            if not commit:
-                self._undo()
-                return
-            conn.execute("RELEASE write")
-            self._store.next_seqs.update(db.next_seqs)
-        except psycopg.Error as exc:
-            self._broken = True
-            raise self._store._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
-        finally:
-            self._open = False
-
-    def statement(self, operation: str, sql: str, bindings: Any) -> int:
-        db = PgDatabase(self._conn, guarded=True)
-        try:
-            db.execute(sql, bindings)
-        except psycopg.Error as exc:
-            self._broken = True
-            raise self._store._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
-        return db.changes()
-
-    def _undo(self) -> None:
-        try:
-            self._conn.execute("ROLLBACK TO SAVEPOINT write")
-            self._conn.execute("RELEASE write")
-        except psycopg.Error:
-            self._broken = True
-
-
-class PostgresStore:
+class PostgresStore(Transactions[psycopg.Connection, PgDatabase]):
     """One connection to one journal in a PostgreSQL database (``journal.store.base.Store``).
 
     Threads may share a store: a lock serialises transactions on the connection."""
 
     dialect = "postgresql"
+    sql = STATEMENTS
 
     def __init__(
         self,
@@ -483,7 +381,7 @@ class PostgresStore:
         self.busy_timeout_ms = busy_timeout_ms
         self._lock = threading.RLock()
         self._in_txn = False
-        self._batch: _Batch | None = None
+        self._batch: SavepointBatch[psycopg.Connection, PgDatabase] | None = None
         self._closed = False
         self.next_seqs: dict[str, int] = {}
         self._conn: psycopg.Connection | None = None
@@ -513,7 +411,7 @@ class PostgresStore:
             conn.execute(f"SET lock_timeout = {int(self.busy_timeout_ms)}")
             if self.readonly:
                 conn.execute("SET default_transaction_read_only = on")
-            self.schema = conn.execute("SELECT current_schema()").fetchone()[0]
+            (self.schema,) = _row(conn.execute("SELECT current_schema()").fetchone())
         except psycopg.Error as exc:
             conn.close()
             raise self._translate(exc, "open", outcome=WriteOutcome.ABSENT) from exc
@@ -557,8 +455,10 @@ class PostgresStore:
             raise NotAJournal(self.path, f"a PostgreSQL schema of another application ({application!r})")
         if version > SCHEMA_VERSION:
             raise SchemaTooNew(self.path, version, SCHEMA_VERSION)
-        if version < SCHEMA_VERSION:
+        if version < SCHEMA_VERSION and version not in MIGRATIONS:
             raise NotAJournal(self.path, f"a journal schema of version {version}, which no version made")
+        if version < SCHEMA_VERSION and self.readonly:
+            raise NotAJournal(self.path, f"a journal schema of version {version}: open it writable once to migrate it")
 
     def _prepare_schema(self) -> None:
         conn = self._conn
@@ -571,6 +471,8 @@ class PostgresStore:
             self._check_stamp(stamp)
             if not self.readonly:
                 self._upgrade(conn)
+                if stamp[1] < SCHEMA_VERSION:
+                    self._migrate(conn)
             return
         if self.readonly:
             raise NotAJournal(self.path, "no journal in this database (a read-only open never creates one)")
@@ -585,12 +487,25 @@ class PostgresStore:
                 "INSERT INTO journal_meta (application, schema_version) VALUES (%s, %s)", (APPLICATION, SCHEMA_VERSION)
             )
 
+    def _migrate(self, conn: psycopg.Connection) -> None:
+        """Bring an older schema to this version, in one transaction (another process may have
+        done it meanwhile: the stamp is read again under the write lock)."""
+        with self.write("migrate_schema"):
+            stamp = self._stamp(conn)
+            assert stamp is not None
+            self._check_stamp(stamp)
+            version = stamp[1]
+            while version in MIGRATIONS:
+                conn.execute(MIGRATIONS[version])
+                version += 1
+                conn.execute("UPDATE journal_meta SET schema_version = %s", (version,))
+
     def _upgrade(self, conn: psycopg.Connection) -> None:
         """Bring a version-6 schema made before session_meta's index held digests up to date (the
         same version: its tables and rows are unchanged). A read-only open reads the old one as
         it is (the lookup is the same, without the index)."""
         try:
-            current = conn.execute(_UPGRADED).fetchone()[0]
+            (current,) = _row(conn.execute(_UPGRADED).fetchone())
         except psycopg.Error as exc:
             raise self._translate(exc, "open", outcome=WriteOutcome.ABSENT) from exc
         if current:
@@ -598,7 +513,13 @@ class PostgresStore:
         with self.write("upgrade_schema"):  # idempotent: another process may be doing it too
             conn.execute(_UPGRADE)
 
-    # -- transactions --------------------------------------------------------------------------
+    # -- transactions: the primitives under journal.store.base.Transactions ----------------------
+
+    _driver_errors = (psycopg.Error,)
+    _batch_lost = "the transaction was lost"
+    # A driver error past a statement's own savepoint (a lost connection, a failed RELEASE) may
+    # have taken the transaction with it: the batch gives up.
+    _errors_break_batch = True
 
     def _checked(self, operation: str) -> psycopg.Connection:
         if self._closed:
@@ -626,11 +547,9 @@ class PostgresStore:
             + [f"SELECT pg_advisory_xact_lock({key})" for key in keys]
         )
 
-    def _begin(
-        self, conn: psycopg.Connection, operation: str, *, synced: bool, sessions: Sequence[str] | None = None
-    ) -> None:
-        if self._in_txn:
-            raise RuntimeError("journal: nested write transaction (use a *_txn helper)")
+    def _begin(self, conn: psycopg.Connection, operation: str, *, synced: bool, sessions: Sequence[str] | None) -> None:
+        """``BEGIN`` and the write's locks (``_begin_sql``); ``synced``: this transaction's COMMIT
+        waits for the WAL flush whatever the journal's durability."""
         try:
             conn.execute(self._begin_sql(sessions))
             if synced and self.durability is not Durability.FULL:
@@ -638,142 +557,56 @@ class PostgresStore:
         except psycopg.Error as exc:
             self._rollback(conn)
             raise self._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
-        self._in_txn = True
 
-    @contextlib.contextmanager
-    def write(
-        self,
-        operation: str,
-        *,
-        present: Callable[[PgDatabase], bool] | None = None,
-        synced: bool = False,
-        commit: bool = True,
-        sessions: Sequence[str] | None = None,
-    ) -> Iterator[PgDatabase]:
-        """One write transaction, committed when the body returns (see the module's doc).
-        As ``SqliteStore.write``: crash points ``<operation>.before_commit`` and
-        ``.after_commit``; a failed COMMIT has an unknown outcome unless ``present`` finds it."""
-        with self._lock:
-            if self._batch is not None:
-                with self._batch.savepoint(operation, synced=synced, commit=commit) as db:
-                    yield db
-                return
-            conn = self._checked(operation)
-            self._begin(conn, operation, synced=synced, sessions=sessions)
-            db = PgDatabase(conn, guarded=True, lock=None if sessions is None else self.schema)
-            try:
-                try:
-                    yield db
-                except (UnicodeEncodeError, psycopg.Error) as exc:
-                    self._rollback(conn)
-                    if _unsent(exc):
-                        raise _bad_value(exc) from exc
-                    raise self._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
-                except BaseException:
-                    self._rollback(conn)
-                    raise
-                if not commit:
-                    self._rollback(conn)
-                    return
-                self._commit(conn, operation, present)
-                self.next_seqs.update(db.next_seqs)
-                if crash.armed():
-                    crash.reached(f"{operation}.after_commit")
-            finally:
-                self._in_txn = False
+    def _database(self, conn: psycopg.Connection, sessions: Sequence[str] | None) -> PgDatabase:
+        return PgDatabase(conn, guarded=True, lock=None if sessions is None else self.schema)
 
-    def write_one(
-        self,
-        operation: str,
-        sql: str,
-        bindings: Any,
-        *,
-        present: Callable[[PgDatabase], bool] | None = None,
-        sessions: Sequence[str] | None = None,
-    ) -> int | None:
-        """One statement as a transaction of its own; how many rows it changed. ``None`` if
-        another thread holds the connection or a crash point is armed (then use ``write``)."""
-        if self._batch is not None and self._lock.acquire(False):
-            try:
-                return self._batch.statement(operation, sql, bindings)
-            finally:
-                self._lock.release()
-        if crash.armed() or not self._lock.acquire(False):
-            return None
+    def _commit(self, conn: psycopg.Connection) -> None:
+        conn.execute("COMMIT")
+
+    def _autocommit(
+        self, conn: psycopg.Connection, operation: str, sql: str, bindings: Any, sessions: Sequence[str] | None
+    ) -> int:
+        """BEGIN, the locks, the statement and COMMIT in one round trip. After an error the
+        server skips the rest: a refused statement, or a lock not had in time, committed nothing
+        (raised translated); any other error (the connection lost) leaves the outcome unknown,
+        as a failed COMMIT does."""
+        text, order, _ = pg_sql(sql)
+        if order is not None:
+            bindings = [bindings[i] for i in order]
         try:
-            if self._in_txn:
-                raise RuntimeError("journal: nested write transaction (use a *_txn helper)")
-            conn = self._checked(operation)
-            text, order, _ = pg_sql(sql)
-            if order is not None:
-                bindings = [bindings[i] for i in order]
-            # BEGIN, the locks, the statement and COMMIT go in one round trip. After an error
-            # the server skips the rest: a refused statement, or a lock not had in time,
-            # committed nothing; any other error (the connection lost) leaves the outcome
-            # unknown, as a failed COMMIT does.
-            try:
-                try:
-                    cursor = _script(conn, self._begin_sql(sessions), text, bindings, "COMMIT")
-                except _UNSENDABLE as exc:
-                    if _unsent(exc):
-                        raise _bad_value(exc) from exc
-                    raise
-            except BaseException as exc:
-                self._rollback(conn)
-                state = getattr(exc, "sqlstate", None) or ""
-                if isinstance(exc, JournalError) or not isinstance(exc, psycopg.Error):
-                    raise
-                if _statement_refused(state) or state in _BUSY:
-                    raise self._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
-                self.next_seqs.clear()
-                raise self._commit_failed(exc, operation, present) from exc
-            return max(cursor.rowcount, 0)
-        finally:
-            self._lock.release()
+            cursor = _script(conn, self._begin_sql(sessions), text, bindings, "COMMIT")
+        except BaseException as exc:
+            if _unsent(exc):
+                raise _bad_value(exc) from exc
+            state = getattr(exc, "sqlstate", None) or ""
+            if isinstance(exc, psycopg.Error) and (_statement_refused(state) or state in _BUSY):
+                raise self._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
+            raise
+        return max(cursor.rowcount, 0)
 
-    @contextlib.contextmanager
-    def batch(self, operation: str, *, synced: bool = False) -> Iterator[_Batch]:
-        """One transaction that many writes share (the async face's writer), as
-        ``SqliteStore.batch``: each write inside is a savepoint; one COMMIT makes them all
-        durable."""
-        with self._lock:
-            conn = self._checked(operation)
-            self._begin(conn, operation, synced=synced)
-            batch = self._batch = _Batch(self, conn)
-            try:
-                try:
-                    yield batch
-                except BaseException:
-                    self._rollback(conn)
-                    self.next_seqs.clear()
-                    raise
-                if batch.broken:
-                    self._rollback(conn)
-                    self.next_seqs.clear()
-                    raise JournalIOError(operation, WriteOutcome.ABSENT, "the transaction was lost")
-                self._commit(conn, operation, None)
-                if crash.armed():
-                    crash.reached(f"{operation}.after_commit")
-            finally:
-                self._batch = None
-                self._in_txn = False
+    def _savepoint(self, conn: psycopg.Connection, operation: str, *, synced: bool) -> None:
+        conn.execute("SAVEPOINT write")
+        if synced:  # undone with the savepoint if the write is
+            conn.execute("SET LOCAL synchronous_commit = on")
 
-    def _commit(self, conn: psycopg.Connection, operation: str, present: Callable[[PgDatabase], bool] | None) -> None:
-        """COMMIT, after the crash point ``<operation>.before_commit``; if it fails, the
-        transaction is gone and the write's outcome is what ``present`` finds."""
-        if crash.armed():
-            crash.reached(f"{operation}.before_commit")
-        try:
-            conn.execute("COMMIT")
-        except psycopg.Error as exc:
-            self._rollback(conn)
-            self.next_seqs.clear()
-            raise self._commit_failed(exc, operation, present) from exc
+    def _release(self, conn: psycopg.Connection) -> None:
+        conn.execute("RELEASE write")
 
-    def _commit_failed(
-        self, exc: psycopg.Error, operation: str, present: Callable[[PgDatabase], bool] | None
-    ) -> JournalError:
-        return self._translate(exc, operation, outcome=outcome_after_failed_commit(self, present))
+    def _rollback_to(self, conn: psycopg.Connection) -> None:
+        conn.execute("ROLLBACK TO SAVEPOINT write")
+        conn.execute("RELEASE write")
+
+    def _statement(self, conn: psycopg.Connection, sql: str, bindings: Any) -> int:
+        db = PgDatabase(conn, guarded=True)  # under a savepoint of its own: refused alone
+        db.execute(sql, bindings)
+        return db.changes()
+
+    def _in_transaction(self, conn: psycopg.Connection) -> bool:
+        return not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+
+    def _unsendable(self, exc: BaseException) -> InvalidArgument | None:
+        return _bad_value(exc) if _unsent(exc) else None
 
     def _rollback(self, conn: psycopg.Connection) -> None:
         if conn.closed or conn.broken:
@@ -830,10 +663,11 @@ class PostgresStore:
     def size_bytes(self) -> int:
         """The journal's tables, with their indexes and TOAST, in bytes."""
         with self.read() as db:
-            return db.value(
+            size: int = db.value(
                 "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
                 "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind = 'r'"
             )
+            return size
 
     def checkpoint(self) -> None:
         """Nothing to do: the server checkpoints its own write-ahead log."""

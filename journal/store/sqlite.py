@@ -22,7 +22,6 @@ from typing import Any
 
 import apsw
 
-from journal import crash
 from journal.errors import (
     CorruptJournal,
     DiskFull,
@@ -37,7 +36,11 @@ from journal.errors import (
 )
 from journal.model import Durability, WriteOutcome
 from journal.store import header as _header
-from journal.store.base import UniqueViolation, lone_surrogate, outcome_after_failed_commit
+from journal.store.base import SavepointBatch, Transactions, UniqueViolation, lone_surrogate
+from journal.store.sqlite_sql import OPEN_WORK_SQL as OPEN_WORK_SQL  # (where they were: tests name them here)
+from journal.store.sqlite_sql import PREVIEWS_AT_SQL as PREVIEWS_AT_SQL
+from journal.store.sqlite_sql import PREVIEWS_SQL as PREVIEWS_SQL
+from journal.store.sqlite_sql import STATEMENTS
 
 APPLICATION_ID = 0x4A524E4C  # "JRNL"
 # 2: the derived-state triggers became one gate trigger and a view; the seq trigger one lookup.
@@ -46,7 +49,9 @@ APPLICATION_ID = 0x4A524E4C  # "JRNL"
 # 5: the compactions table (and its triggers) places each compaction in its transcript.
 # 6: idempotency keys, the events-by-type index, the retract type, keyed state, session_meta,
 #    compactions with retracts.
-SCHEMA_VERSION = 6
+# 7: submissions are ordered by their own column (ordinal), not by rowid; state values are bytes
+#    (a JSON value's UTF-8 text), as on PostgreSQL.
+SCHEMA_VERSION = 7
 SQLITE_HEADER = _header.SQLITE_HEADER
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
 
@@ -167,6 +172,41 @@ def _place_compactions(db: SqliteDatabase) -> None:
     )
 
 
+def _rebuilt(db: SqliteDatabase, table: str, columns: str, indexes: tuple[str, ...]) -> None:
+    """``table`` made again as schema.sql makes it today, its rows copied in rowid order through
+    ``columns`` (the new table's columns, as expressions over the old one's), then its indexes:
+    SQLite's way to change a column's type or constraints (ALTER TABLE cannot)."""
+    (create,) = [s for s in schema_statements(("TABLE",)) if s.split(None, 3)[2] == table]
+    db.execute(create.replace(f"CREATE TABLE {table} (", f"CREATE TABLE {table}_new (", 1))
+    db.execute(f"INSERT INTO {table}_new SELECT {columns} FROM {table} ORDER BY rowid")
+    db.execute(f"DROP TABLE {table}")
+    db.execute(f"ALTER TABLE {table}_new RENAME TO {table}")
+    for statement in schema_statements(("INDEX", "UNIQUE")):
+        words = statement.split(None, 4)
+        if (words[3] if words[1] == "UNIQUE" else words[2]) in indexes:
+            db.execute(statement)
+
+
+def _migrate_6(db: SqliteDatabase) -> None:
+    """Version 6 to 7: the submissions' ``ordinal`` column, numbered in the order the rows were
+    made (their rowids), which the queue followed until now; state values as bytes (a JSON
+    value's UTF-8 text, the same bytes as before). Both tables are rebuilt: every submission and
+    state row is read once."""
+    _rebuilt(
+        db,
+        "submissions",
+        "id, session_id, type, data, state, attempt, max_attempts, timeout_s, created_ms, updated_ms, lease_owner, "
+        "lease_expires_ms, input_seq, turn_start_seq, resume_mode, outcome, row_number() OVER (ORDER BY rowid)",
+        ("submissions_queued", "submissions_running"),
+    )
+    _rebuilt(
+        db,
+        "state",
+        "id, session_id, key, at, kind, CASE WHEN kind = 'json' THEN CAST(value AS BLOB) ELSE value END",
+        ("state_at",),
+    )
+
+
 # Each migration takes a file from its version to the next, inside the opening transaction.
 MIGRATIONS: dict[int, Callable[[SqliteDatabase], None]] = {
     1: _migrate_1,
@@ -174,11 +214,12 @@ MIGRATIONS: dict[int, Callable[[SqliteDatabase], None]] = {
     3: _migrate_3,
     4: _migrate_4,
     5: _migrate_5,
+    6: _migrate_6,
 }
 
 
 def _translate(
-    exc: apsw.Error, operation: str, *, outcome: WriteOutcome, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+    exc: BaseException, operation: str, *, outcome: WriteOutcome, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
 ) -> JournalError:
     """A driver error as the library's error; ``outcome`` is what is known of the write."""
     if isinstance(exc, (apsw.BusyError, apsw.LockedError)):
@@ -198,7 +239,9 @@ def _translate(
 
 def _refused(exc: apsw.ConstraintError, operation: str) -> SchemaViolation:
     """The schema's refusal of a statement; a key conflict says so by its type."""
-    kind = UniqueViolation if exc.extendedresult in _KEY_CONFLICTS else SchemaViolation
+    # apsw sets extendedresult on every error; its stub documents it without declaring it.
+    code: int = exc.extendedresult  # type: ignore[attr-defined]
+    kind = UniqueViolation if code in _KEY_CONFLICTS else SchemaViolation
     return kind(operation, str(exc))
 
 
@@ -222,80 +265,6 @@ def _close_quietly(conn: apsw.Connection) -> None:
         pass
 
 
-# The viewer's read of a page of events (journal.preview): each event's seq, type, time and size
-# in bytes, and its first ?5 fields (one more, to tell there are more) as [key, value, cut]:
-# every string, and every object's or array's JSON text, cut to ?4 characters inside SQLite
-# (``cut``: 1 when it was), so a page never decodes a whole large event. Of ``tool_calls``, the
-# first ?5 calls: each one's id, name and arguments (cut; ``cut`` 1 when its arguments were).
-_PREVIEW_COLUMNS = """\
-SELECT e.seq, e.type, e.time_ms, octet_length(e.data),
-  (SELECT json_group_array(json_array(substr(f.key, 1, ?4), CASE
-     WHEN f.calls IS NOT NULL THEN
-       json((SELECT json_group_array(CASE WHEN c.type = 'object' THEN json_object(
-           'id', substr(c.id, 1, ?4), 'name', substr(c.name, 1, ?4),
-           'arguments', CASE WHEN length(c.a) <= ?4 THEN json(c.a) ELSE substr(c.a, 1, ?4) END,
-           'cut', length(c.a) > ?4) END)
-        FROM (SELECT type, value ->> '$.id' AS id, value ->> '$.name' AS name,
-                     substr(value -> '$.arguments', 1, ?4 + 1) AS a
-              FROM json_each(f.calls) LIMIT ?5) AS c))
-     WHEN f.type = 'true' THEN json('true')
-     WHEN f.type = 'false' THEN json('false')
-     WHEN f.type = 'text' OR (f.type IN ('object', 'array') AND length(f.head) > ?4) THEN substr(f.head, 1, ?4)
-     WHEN f.type IN ('object', 'array') THEN json(f.head)
-     ELSE f.head END,
-     f.type IN ('text', 'object', 'array') AND length(f.head) > ?4))
-   FROM (SELECT key, type,
-                CASE WHEN type IN ('text', 'object', 'array') THEN substr(value, 1, ?4 + 1) ELSE value END AS head,
-                CASE WHEN key = 'tool_calls' AND type = 'array' THEN value END AS calls
-         FROM json_each(e.data) LIMIT ?5 + 1) AS f)
-"""
-PREVIEWS_SQL = (
-    _PREVIEW_COLUMNS + "FROM events AS e WHERE e.session_id = ?1 AND e.seq >= ?2 AND e.seq < ?3 ORDER BY e.seq"
-)
-# The same cut read of the events at the seqs ?6 (a JSON array) of ?2 <= seq < ?3: the messages a
-# viewer's page shows (journal.transcript's cut tail). Driven from the list: one seek a seq.
-PREVIEWS_AT_SQL = _PREVIEW_COLUMNS + (
-    "FROM json_each(?6) AS w CROSS JOIN events AS e "
-    "WHERE e.session_id = ?1 AND e.seq = w.value AND e.seq >= ?2 AND e.seq < ?3 ORDER BY e.seq"
-)
-
-
-# Recovery's set-based path (journal.recovery_batch), SQLite's statement: the open work of a batch
-# of sessions (?1: a JSON array of ids), one row per open turn and call it owes (the call columns
-# NULL for a turn owing none), read from the derived tables and the open turn's own events only.
-# ``simple`` says the turn is the common case that path plans alone: a session that is no fork,
-# with this one open turn and no turn after its start (no nesting), every owed call first seen in
-# an assistant message of the turn (not first by its dispatch). ``dispatching``: the turn recorded
-# a dispatch. A call's ``position`` in its request orders calls requested together; ``name`` is
-# the request's name when it is text (NULL: the planner decides).
-OPEN_WORK_SQL = """\
-WITH batch (sid) AS (SELECT DISTINCT value FROM json_each(?1)),
-open_turn AS MATERIALIZED (
-  SELECT s.id AS sid, t.start_seq, t.turn, t.steps, t.step_open,
-    s.seed_length = 0
-    AND (SELECT count(*) FROM turn_journal INDEXED BY turn_journal_open WHERE session_id = s.id AND end_seq IS NULL) = 1
-    AND NOT EXISTS (SELECT 1 FROM turn_journal WHERE session_id = s.id AND start_seq > t.start_seq)
-    AND NOT EXISTS (SELECT 1 FROM tool_calls INDEXED BY tool_calls_owed
-                     WHERE session_id = s.id AND result_seq IS NULL AND dispatch_seq IS NOT NULL
-                       AND (requested_seq IS NULL OR dispatch_seq < requested_seq)
-                       AND max(dispatch_seq, coalesce(requested_seq, -1)) >= t.start_seq) AS simple,
-    (SELECT max(seq) FROM events WHERE session_id = s.id) + 1 AS next_seq,
-    EXISTS (SELECT 1 FROM events WHERE session_id = s.id AND seq > t.start_seq AND type = 'tool_call'
-             AND json_type(data, '$.id') = 'text' AND data ->> '$.id' <> '') AS dispatching
-  FROM batch JOIN sessions AS s ON s.id = batch.sid AND s.purged_ms IS NULL
-  JOIN turn_journal AS t INDEXED BY turn_journal_open ON t.session_id = s.id AND t.end_seq IS NULL
-)
-SELECT o.sid, o.start_seq, o.turn, o.steps, o.step_open, o.simple, o.next_seq, o.dispatching,
-       c.call_id, c.requested_seq, c.dispatch_seq, j.key AS position,
-       CASE WHEN json_type(j.value, '$.name') = 'text' THEN j.value ->> '$.name' END AS name
-FROM open_turn AS o
-LEFT JOIN tool_calls AS c INDEXED BY tool_calls_owed
-  ON o.simple AND c.session_id = o.sid AND c.result_seq IS NULL AND c.requested_seq >= o.start_seq AND c.call_id <> ''
-LEFT JOIN events AS e ON e.session_id = c.session_id AND e.seq = c.requested_seq
-LEFT JOIN json_each(e.data, '$.tool_calls') AS j ON j.type = 'object' AND j.value ->> '$.id' = c.call_id
-ORDER BY o.sid, o.start_seq, c.requested_seq, j.key"""
-
-
 class SqliteDatabase:
     """A cursor-like handle given to the body of a read or a write.
 
@@ -305,11 +274,7 @@ class SqliteDatabase:
 
     __slots__ = ("_conn", "next_seqs")
     dialect = "sqlite"
-    previews_sql = PREVIEWS_SQL  # the viewer's cut read of events (journal.preview)
-    previews_at_sql = PREVIEWS_AT_SQL  # the same, of the events at given seqs (journal.transcript)
-    # Differs after another connection committed (compared on one connection): reads no table.
-    change_token_sql = "PRAGMA data_version"
-    open_work_sql = OPEN_WORK_SQL  # recovery's set-based path reads a batch's open work (journal.recovery_batch)
+    sql = STATEMENTS  # the statements whose text is SQLite's own (journal.store.statements)
 
     def __init__(self, conn: apsw.Connection) -> None:
         self._conn = conn
@@ -332,7 +297,8 @@ class SqliteDatabase:
     def one(self, sql: str, bindings: Any = None) -> tuple[Any, ...] | None:
         """The first row, or ``None``."""
         for row in self._conn.execute(sql, bindings):
-            return row
+            first: tuple[Any, ...] = row
+            return first
         return None
 
     def value(self, sql: str, bindings: Any = None) -> Any:
@@ -354,74 +320,7 @@ class SqliteDatabase:
         return self._conn.in_transaction
 
 
-class _Batch:
-    """The writes inside one ``SqliteStore.batch`` transaction."""
-
-    def __init__(self, store: SqliteStore, conn: apsw.Connection, *, synced: bool) -> None:
-        self._store = store
-        self._conn = conn
-        self._synced = synced  # the COMMIT will survive power loss
-        self._open = False  # a savepoint is open
-
-    @property
-    def broken(self) -> bool:
-        """Whether SQLite rolled the whole transaction back (after a full disk or an I/O
-        error): nothing written in it stays, and nothing more can be."""
-        return not self._conn.in_transaction
-
-    @contextlib.contextmanager
-    def savepoint(self, operation: str, *, synced: bool, commit: bool) -> Iterator[SqliteDatabase]:
-        """One write inside the batch: kept if its body returns, undone alone if it raises."""
-        if self._open:
-            raise RuntimeError("journal: nested write transaction (use a *_txn helper)")
-        if synced and not self._synced:
-            raise RuntimeError(f"journal: {operation} must be synced, and this batch is not (mark it synced)")
-        conn = self._conn
-        try:
-            conn.execute("SAVEPOINT write")
-        except apsw.Error as exc:
-            raise self._store._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
-        self._open = True
-        db = SqliteDatabase(conn)
-        try:
-            try:
-                yield db
-            except _UNBINDABLE as exc:
-                self._undo()
-                raise _unbindable(exc) from exc
-            except BaseException:
-                self._undo()
-                raise
-            if not commit:
-                self._undo()
-                return
-            conn.execute("RELEASE write")
-            # A guess until the batch commits; a failed batch clears every guess.
-            self._store.next_seqs.update(db.next_seqs)
-        except apsw.Error as exc:
-            raise self._store._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
-        finally:
-            self._open = False
-
-    def statement(self, operation: str, sql: str, bindings: Any) -> int:
-        """One statement inside the batch: a refused one is undone by SQLite on its own."""
-        try:
-            self._conn.execute(sql, bindings)
-        except _UNBINDABLE as exc:  # refused while binding, before the statement ran
-            raise _unbindable(exc) from exc
-        except apsw.Error as exc:
-            raise self._store._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
-        return self._conn.changes()
-
-    def _undo(self) -> None:
-        if self._conn.in_transaction:  # else SQLite rolled everything back on its own
-            try:
-                self._conn.execute("ROLLBACK TO write; RELEASE write")
-            except apsw.Error:
-                pass  # the batch is broken; its COMMIT will tell
-
-
-class SqliteStore:
+class SqliteStore(Transactions[apsw.Connection, SqliteDatabase]):
     """One connection to one journal file, with the pragmas of DESIGN §4.
 
     Threads may share a store: a lock serialises transactions on the connection, so two threads
@@ -429,6 +328,7 @@ class SqliteStore:
     """
 
     dialect = "sqlite"
+    sql = STATEMENTS
 
     def __init__(
         self,
@@ -446,7 +346,10 @@ class SqliteStore:
         self.busy_timeout_ms = busy_timeout_ms
         self._lock = threading.RLock()
         self._in_txn = False
-        self._batch: _Batch | None = None  # set while a batch (``batch``) holds the transaction
+        self._batch: SavepointBatch[apsw.Connection, SqliteDatabase] | None = (
+            None  # while a batch holds the transaction
+        )
+        self._upgraded = False  # this transaction raised synchronous to FULL (``_begin``)
         # The seq each session's next event gets, as this connection last committed it. Another
         # connection may have appended since: it is a guess, and the schema's contiguity trigger
         # refuses an insert at a stale one (the caller then reads the seq in its transaction).
@@ -645,16 +548,21 @@ class SqliteStore:
             self._checkpoint_new_file()
 
     def _present_as_current(self, version: int) -> None:
-        """For a read-only connection to a journal older than version 6: temporary objects (in
+        """For a read-only connection to a journal older than version 7: temporary objects (in
         the connection's own temp database, never the file) that give its reads today's shape —
-        events without idempotency keys, no keyed state, the metas' entries listed from the
-        sessions themselves. (A version older than 5 also lacks the compactions table: the
-        transcript reads its tail by folding.)"""
+        submissions numbered by their rowids; before version 6, events without idempotency keys,
+        no keyed state, the metas' entries listed from the sessions themselves. (A version older
+        than 5 also lacks the compactions table: the transcript reads its tail by folding; a
+        version-6 file's state values are JSON text, which the state part reads too.)"""
+        if version >= SCHEMA_VERSION:
+            return
+        self._conn.execute("CREATE TEMP VIEW submissions AS SELECT *, rowid AS ordinal FROM main.submissions")
         if version >= 6:
             return
         self._conn.execute(
             "CREATE TEMP VIEW events AS SELECT session_id, seq, type, data, time_ms, NULL AS key FROM main.events;"
-            "CREATE TEMP TABLE state (id INTEGER PRIMARY KEY, session_id TEXT, key TEXT, at INTEGER, kind TEXT, value BLOB);"
+            "CREATE TEMP TABLE state"
+            " (id INTEGER PRIMARY KEY, session_id TEXT, key TEXT, at INTEGER, kind TEXT, value BLOB);"
             "CREATE INDEX temp.state_at ON state (session_id, key, at, id);"
             "CREATE TEMP VIEW session_meta AS SELECT s.id AS session_id, m.key AS key, m.type AS type, m.value AS value"
             " FROM main.sessions AS s, json_each(s.meta) AS m"
@@ -674,159 +582,16 @@ class SqliteStore:
         except apsw.Error as exc:
             raise self._translate(exc, "open", outcome=WriteOutcome.PRESENT) from exc
 
-    # -- transactions --------------------------------------------------------------------------
+    # -- transactions: the primitives under journal.store.base.Transactions ----------------------
 
-    @contextlib.contextmanager
-    def write(
-        self,
-        operation: str,
-        *,
-        present: Callable[[SqliteDatabase], bool] | None = None,
-        synced: bool = False,
-        commit: bool = True,
-        sessions: Sequence[str] | None = None,
-    ) -> Iterator[SqliteDatabase]:
-        """One ``BEGIN IMMEDIATE`` transaction, committed when the body returns (rolled back
-        instead with ``commit=False``: a dry run sees its own writes, and nothing stays).
+    _driver_errors = (apsw.Error,)
+    _batch_lost = "SQLite rolled the transaction back"
+    _errors_break_batch = False  # SQLite says itself when it gave a transaction up (in_transaction)
 
-        If the body raises, the transaction is rolled back and the error propagates (a driver
-        error translated, with outcome ``absent``). If COMMIT itself raises, the outcome is
-        unknown (DESIGN §4); ``present`` may re-read to say the write is there after all.
-        ``synced`` makes this commit survive power loss even under ``durability="normal"`` (the
-        dispatch barrier needs it: a tool must never run on a record a power cut can take).
-        ``sessions`` is for a backend whose writers run at once: here every write holds the file.
-        """
-        with self._lock:
-            conn = self._checked()
-            if self._batch is not None:
-                with self._batch.savepoint(operation, synced=synced, commit=commit) as db:
-                    yield db
-                return
-            upgrade = self._begin(conn, operation, synced=synced)
-            db = SqliteDatabase(conn)
-            try:
-                try:
-                    yield db
-                except _UNBINDABLE as exc:
-                    self._rollback()
-                    raise _unbindable(exc) from exc
-                except BaseException:
-                    self._rollback()
-                    raise
-                if not commit:
-                    self._rollback()
-                    return
-                if crash.armed():
-                    crash.reached(f"{operation}.before_commit")
-                try:
-                    conn.execute("COMMIT")
-                except apsw.Error as exc:
-                    self._rollback()
-                    self.next_seqs.clear()  # the outcome is not known: guess again
-                    raise self._commit_failed(exc, operation, present) from exc
-                self.next_seqs.update(db.next_seqs)
-                if crash.armed():
-                    crash.reached(f"{operation}.after_commit")
-            except apsw.Error as exc:
-                raise self._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
-            finally:
-                self._in_txn = False
-                if upgrade:
-                    self._restore_synchronous()
-
-    def write_one(
-        self,
-        operation: str,
-        sql: str,
-        bindings: Any,
-        *,
-        present: Callable[[SqliteDatabase], bool] | None = None,
-        sessions: Sequence[str] | None = None,
-    ) -> int | None:
-        """Run one statement as a transaction of its own and return how many rows it changed;
-        ``None`` if it did not run because another thread holds the connection or a crash point
-        is armed (then use ``write``).
-
-        A single statement outside ``BEGIN`` is SQLite's autocommit transaction: it takes the
-        write lock when it starts (waiting in the busy handler as ``BEGIN IMMEDIATE`` does, since
-        nothing was read before it) and commits when it ends, saving two statements of three.
-        An error cannot be placed before or after the commit, so one that is not a refusal by
-        the schema has the outcome of a failed COMMIT: unknown, unless ``present`` finds the
-        write. ``write`` has the commit boundary that crash points name.
-        """
-        if self._batch is not None and self._lock.acquire(False):  # the batch's own thread
-            try:
-                return self._batch.statement(operation, sql, bindings)
-            finally:
-                self._lock.release()
-        if crash.armed() or not self._lock.acquire(False):
-            return None
-        try:
-            conn = self._conn
-            if conn is None:
-                raise JournalClosed()
-            if self._in_txn:
-                raise RuntimeError("journal: nested write transaction (use a *_txn helper)")
-            try:
-                conn.execute(sql, bindings)
-            except _UNBINDABLE as exc:  # refused while binding, before the statement ran
-                raise _unbindable(exc) from exc
-            except apsw.ConstraintError as exc:  # checked before the commit: nothing was written
-                raise self._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
-            except apsw.Error as exc:
-                self._rollback()
-                self.next_seqs.clear()
-                raise self._commit_failed(exc, operation, present) from exc
-            return conn.changes()
-        finally:
-            self._lock.release()
-
-    @contextlib.contextmanager
-    def batch(self, operation: str, *, synced: bool = False) -> Iterator[_Batch]:
-        """One ``BEGIN IMMEDIATE`` transaction that many writes share: the async face's writer.
-
-        Until the body returns, each ``write`` (on this thread) is a savepoint inside it, and a
-        ``write_one`` a statement inside it: a write that fails is undone alone and the others
-        stay (G2). The one COMMIT at the end makes them all durable at once; its crash points
-        are ``<operation>.before_commit`` and ``<operation>.after_commit`` (the writes inside
-        name none). If the body raises, or SQLite itself rolled the transaction back after an
-        I/O error (``_Batch.broken``), every write in it is gone. ``synced`` as for ``write``.
-        """
-        with self._lock:
-            conn = self._checked()
-            upgrade = self._begin(conn, operation, synced=synced)
-            batch = self._batch = _Batch(self, conn, synced=synced or self.durability is Durability.FULL)
-            try:
-                try:
-                    yield batch
-                except BaseException:
-                    self._rollback()
-                    self.next_seqs.clear()
-                    raise
-                if batch.broken:
-                    self.next_seqs.clear()
-                    raise JournalIOError(operation, WriteOutcome.ABSENT, "SQLite rolled the transaction back")
-                if crash.armed():
-                    crash.reached(f"{operation}.before_commit")
-                try:
-                    conn.execute("COMMIT")
-                except apsw.Error as exc:
-                    self._rollback()
-                    self.next_seqs.clear()
-                    raise self._commit_failed(exc, operation, None) from exc
-                if crash.armed():
-                    crash.reached(f"{operation}.after_commit")
-            finally:
-                self._batch = None
-                self._in_txn = False
-                if upgrade:
-                    self._restore_synchronous()
-
-    def _begin(self, conn: apsw.Connection, operation: str, *, synced: bool) -> bool:
+    def _begin(self, conn: apsw.Connection, operation: str, *, synced: bool, sessions: Sequence[str] | None) -> None:
         """``BEGIN IMMEDIATE`` (under the store's lock), with ``synchronous=FULL`` first when
-        ``synced`` asks more than the journal's durability gives; whether it was raised."""
-        if self._in_txn:
-            raise RuntimeError("journal: nested write transaction (use a *_txn helper)")
+        ``synced`` asks more than the journal's durability gives (``_end`` lowers it again).
+        ``sessions`` is for a backend whose writers run at once: here every write holds the file."""
         # SQLite fixes a commit's safety level outside the transaction only.
         upgrade = synced and self.durability is not Durability.FULL
         try:
@@ -837,8 +602,12 @@ class SqliteStore:
             if upgrade:
                 self._restore_synchronous()
             raise self._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
-        self._in_txn = True
-        return upgrade
+        self._upgraded = upgrade
+
+    def _end(self) -> None:
+        if self._upgraded:
+            self._upgraded = False
+            self._restore_synchronous()
 
     def _restore_synchronous(self) -> None:
         try:
@@ -846,30 +615,69 @@ class SqliteStore:
         except apsw.Error:
             pass  # a failing disk; the next open sets it again
 
-    def _commit_failed(
-        self, exc: apsw.Error, operation: str, present: Callable[[SqliteDatabase], bool] | None
-    ) -> JournalError:
-        outcome = outcome_after_failed_commit(self, present)
+    def _database(self, conn: apsw.Connection, sessions: Sequence[str] | None) -> SqliteDatabase:
+        return SqliteDatabase(conn)
+
+    def _commit(self, conn: apsw.Connection) -> None:
+        conn.execute("COMMIT")
+
+    def _rollback(self, conn: apsw.Connection) -> None:
+        if not conn.in_transaction:
+            return
+        try:
+            conn.execute("ROLLBACK")
+        except apsw.Error:
+            pass
+
+    def _autocommit(
+        self, conn: apsw.Connection, operation: str, sql: str, bindings: Any, sessions: Sequence[str] | None
+    ) -> int:
+        """The statement outside ``BEGIN``: SQLite's autocommit transaction takes the write lock
+        when it starts (waiting in the busy handler as ``BEGIN IMMEDIATE`` does, since nothing
+        was read before it) and commits when it ends, saving two statements of three."""
+        try:
+            conn.execute(sql, bindings)
+        except _UNBINDABLE as exc:  # refused while binding, before the statement ran
+            raise _unbindable(exc) from exc
+        except apsw.ConstraintError as exc:  # checked before the commit: nothing was written
+            raise self._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
+        return conn.changes()
+
+    def _savepoint(self, conn: apsw.Connection, operation: str, *, synced: bool) -> None:
+        if synced:  # SQLite fixes a commit's safety level before its transaction begins
+            raise RuntimeError(f"journal: {operation} must be synced, and this batch is not (mark it synced)")
+        conn.execute("SAVEPOINT write")
+
+    def _release(self, conn: apsw.Connection) -> None:
+        conn.execute("RELEASE write")
+
+    def _rollback_to(self, conn: apsw.Connection) -> None:
+        conn.execute("ROLLBACK TO write; RELEASE write")
+
+    def _statement(self, conn: apsw.Connection, sql: str, bindings: Any) -> int:
+        conn.execute(sql, bindings)  # a refused statement is undone by SQLite on its own
+        return conn.changes()
+
+    def _in_transaction(self, conn: apsw.Connection) -> bool:
+        return conn.in_transaction
+
+    def _unsendable(self, exc: BaseException) -> InvalidArgument | None:
+        return _unbindable(exc) if isinstance(exc, _UNBINDABLE) else None
+
+    def _commit_error(self, exc: BaseException, operation: str, outcome: WriteOutcome) -> JournalError:
         if isinstance(exc, (apsw.BusyError, apsw.LockedError)) and outcome is WriteOutcome.UNKNOWN:
             # A busy COMMIT (a checkpoint wanting a lock) leaves the transaction open in
             # SQLite; we rolled it back, so nothing was written.
             return JournalBusy(self.busy_timeout_ms)
         return self._translate(exc, operation, outcome=outcome)
 
-    def _rollback(self) -> None:
-        if not self._conn.in_transaction:
-            return
-        try:
-            self._conn.execute("ROLLBACK")
-        except apsw.Error:
-            pass
-
     @contextlib.contextmanager
     def read(self) -> Iterator[SqliteDatabase]:
         """One read snapshot (a deferred transaction), or the caller's open write transaction."""
         with self._lock:
             conn = self._checked()
-            if self._in_txn or conn.in_transaction:
+            inside = self._in_txn or conn.in_transaction  # (not narrowed: BEGIN below changes it)
+            if inside:
                 yield SqliteDatabase(conn)
                 return
             try:
@@ -899,10 +707,10 @@ class SqliteStore:
         time.sleep(min(0.00005 * 2 ** min(prior_calls, 6), 0.002) * (0.5 + random.random()))
         return True
 
-    def _translate(self, exc: apsw.Error, operation: str, *, outcome: WriteOutcome) -> JournalError:
+    def _translate(self, exc: BaseException, operation: str, *, outcome: WriteOutcome) -> JournalError:
         return _translate(exc, operation, outcome=outcome, busy_timeout_ms=self.busy_timeout_ms)
 
-    def _checked(self) -> apsw.Connection:
+    def _checked(self, operation: str = "") -> apsw.Connection:
         conn = self._conn
         if conn is None:
             raise JournalClosed()

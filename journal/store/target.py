@@ -96,7 +96,9 @@ def is_keyword_dsn(target: str) -> bool:
     """Whether ``target`` is libpq's keyword/value form (``host=/tmp dbname=app password=...``):
     one or more well-formed ``keyword=value`` pairs, every keyword one of libpq's."""
     pairs = _keyword_pairs(target)
-    return bool(pairs) and all(keyword in _KEYWORDS for keyword, *_ in pairs)
+    if not pairs:
+        return False
+    return all(keyword in _KEYWORDS for keyword, *_ in pairs)
 
 
 def is_dsn(target: str) -> bool:

@@ -110,7 +110,9 @@ class _Fault:
 
 
 def _error(code: int) -> apsw.Error:
-    return apsw.exception_for(code)
+    error = apsw.exception_for(code)  # typed as any Exception: it is the apsw.Error of that code
+    assert isinstance(error, apsw.Error)
+    return error
 
 
 class FaultVFS(apsw.VFS):

@@ -87,7 +87,8 @@ def load_workload(name: str | Workload) -> Workload:
         target = getattr(target, part)
     if not callable(target):
         raise TypeError(f"{name} is not callable")
-    return target
+    workload: Workload = target  # what the name says it is
+    return workload
 
 
 def _workload_name(workload: str | Workload) -> str:

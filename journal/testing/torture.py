@@ -745,7 +745,8 @@ def report_lines(report: dict[str, Any]) -> list[str]:
     rows = [
         ("trials", f"{report['trials']}  ({kinds})"),
         ("kill trials / killed", f"{report['kill_trials']} / {report['killed']}"),
-        ("crash points covered", f"{len(report['crash_points_covered'])} of {len(report['crash_points_reached'])} the workload reaches"),
+        ("crash points covered",
+         f"{len(report['crash_points_covered'])} of {len(report['crash_points_reached'])} the workload reaches"),
     ]  # fmt: skip
     if SERVER_CRASH in report.get("kinds", ()):
         died = ", ".join(f"{n} {error}" for error, n in report["agent_errors"].items()) or "none"

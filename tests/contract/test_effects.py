@@ -22,7 +22,7 @@ from click.testing import CliRunner
 import journal
 from journal import EffectAction, EffectKind, IndeterminateReason, Risk
 
-from ..conftest import python_child, run_child
+from ..conftest import python_child, release_together, run_child
 from ..effect_tools import ARGUMENTS, CALL, CHILD, SESSION, World, invoice_key
 
 KILLED = -signal.SIGKILL
@@ -373,6 +373,7 @@ from tests.effect_tools import World
 db, root, go = sys.argv[1:4]
 world = World(root)
 with journal.open(db) as j:
+    print("ready", flush=True)
     while not os.path.exists(go):
         time.sleep(0.001)
     print(json.dumps([o.action.value for o in j.recover_effects(world.registry)]))
@@ -387,8 +388,7 @@ def test_g8_two_processes_recovering_at_once_settle_each_call_once(db_path: Path
                        idempotency_key=invoice_key(ARGUMENTS[tool]) if tool == "pay_invoice" else None)  # fmt: skip
     go = tmp_path / "go"
     racers = [python_child(RACER, str(db_path), str(world.root), str(go)) for _ in range(2)]
-    time.sleep(0.5)
-    go.touch()
+    release_together(racers, go)
     actions = []
     for racer in racers:
         out, err = racer.communicate(timeout=60)

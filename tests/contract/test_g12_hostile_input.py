@@ -99,7 +99,7 @@ def shared(backend: str, _shared_journals):
         "int-2**63",
         "int-below-min",
         "int-5000-digits",
-    ],  # fmt: skip
+    ],
 )
 def test_g12_data_that_could_not_be_read_back_is_refused_naming_the_place(shared, data, field, words) -> None:
     db_path, j, _ = shared
@@ -259,7 +259,7 @@ def test_g12_the_size_limit_holds_on_an_operator_note(db_path) -> None:
         "chunk-text",
         "fork-id",
         "recover",
-    ],  # fmt: skip
+    ],
 )
 def test_g12_a_lone_surrogate_in_any_argument_is_a_typed_error_that_writes_nothing(shared, call) -> None:
     db_path, j, _ = shared
@@ -285,12 +285,15 @@ _MSG = {"content": "x"}
 _KEYED = [
     ("append session", "append", lambda b: ((b, "user_message", _MSG), {}), journal.InvalidArgument, "session_id"),
     ("append key", "append", lambda b: (("s", "user_message", _MSG), {"key": b}), journal.InvalidArgument, "key"),
-    ("append data", "append", lambda b: (("s", "user_message", {"content": b}), {}), journal.InvalidEvent, "data.content"),
+    ("append data", "append",
+     lambda b: (("s", "user_message", {"content": b}), {}), journal.InvalidEvent, "data.content"),
     ("append conditional key", "append",
      lambda b: (("s", "user_message", _MSG), {"key": b, "expected_count": 2}), journal.InvalidArgument, "key"),
     ("append_many item key", "append_many",
-     lambda b: (("s", [("user_message", _MSG), ("user_message", _MSG, b)]), {}), journal.InvalidArgument, "items[1] key"),
-    ("append_many session", "append_many", lambda b: ((b, [("user_message", _MSG)]), {}), journal.InvalidArgument, "session_id"),
+     lambda b: (("s", [("user_message", _MSG), ("user_message", _MSG, b)]), {}),
+     journal.InvalidArgument, "items[1] key"),
+    ("append_many session", "append_many",
+     lambda b: ((b, [("user_message", _MSG)]), {}), journal.InvalidArgument, "session_id"),
     ("append_many state key", "append_many",
      lambda b: (("s", [("user_message", _MSG)]), {"state": {"ok": 1, b: 2}}), journal.InvalidArgument, "state key"),
     ("append_many state value", "append_many",
@@ -299,9 +302,12 @@ _KEYED = [
     ("set_state value", "set_state", lambda b: (("s", {"k": [b]}), {}), journal.InvalidArgument, "state['k'][0]"),
     ("set_state session", "set_state", lambda b: ((b, {"k": 1}), {}), journal.InvalidArgument, "session_id"),
     ("create_session id", "create_session", lambda b: ((b,), {}), journal.InvalidArgument, "session_id"),
-    ("create_session meta key", "create_session", lambda b: (("t",), {"meta": {b: 1}}), journal.InvalidArgument, "meta (a key)"),
-    ("create_session meta value", "create_session", lambda b: (("t",), {"meta": {"m": b}}), journal.InvalidArgument, "meta.m"),
-    ("fork meta", "fork", lambda b: (("s",), {"id": "f", "meta": {"m": {"n": b}}}), journal.InvalidArgument, "meta.m.n"),
+    ("create_session meta key", "create_session",
+     lambda b: (("t",), {"meta": {b: 1}}), journal.InvalidArgument, "meta (a key)"),
+    ("create_session meta value", "create_session",
+     lambda b: (("t",), {"meta": {"m": b}}), journal.InvalidArgument, "meta.m"),
+    ("fork meta", "fork",
+     lambda b: (("s",), {"id": "f", "meta": {"m": {"n": b}}}), journal.InvalidArgument, "meta.m.n"),
     ("fork id", "fork", lambda b: (("s",), {"id": b}), journal.InvalidArgument, "session_id"),
     ("fork source", "fork", lambda b: ((b,), {}), journal.InvalidArgument, "session_id"),
     ("submit id", "submit", lambda b: (("s", "user_message", _MSG), {"id": b}), journal.InvalidArgument, "id"),
@@ -441,7 +447,7 @@ def test_g12_data_nested_100000_deep_is_refused_naming_the_depth_and_writes_noth
         "escaped-quote",
         "100000-lists",
         "100000-unclosed",
-    ],  # fmt: skip
+    ],
 )
 def test_g12_json_text_is_parsed_by_the_codec_under_the_same_depth_limit(text: str, accepted: bool) -> None:
     from journal.codec import parse_json
@@ -572,16 +578,19 @@ _OVER = [
         {"id": "ok", "name": "t"}, {"id": _OVER_CALL, "name": "t"}]}), journal.InvalidEvent, "data.tool_calls[1].id"),
     ("turn assistant call id", lambda j, t: t.assistant("", tool_calls=[{"id": _OVER_CALL, "name": "t"}]),
      journal.InvalidEvent, "data.tool_calls[0].id"),
-    ("tool_result tool_call_id", lambda j, t: j.append("s", "tool_result", {"tool_call_id": _OVER_CALL, "content": "x"}),
+    ("tool_result tool_call_id",
+     lambda j, t: j.append("s", "tool_result", {"tool_call_id": _OVER_CALL, "content": "x"}),
      journal.InvalidEvent, "data.tool_call_id"),
     ("put_result call id", lambda j, t: j.put_result("s", _OVER_CALL, "x"), journal.InvalidEvent, "data.tool_call_id"),
     ("tool_call id", lambda j, t: j.append("s", "tool_call", {"id": _OVER_CALL, "name": "t"}),
      journal.InvalidEvent, "data.id"),
     ("dispatch call id", lambda j, t: j.dispatch("s", _OVER_CALL), journal.InvalidArgument, "call_id"),
-    ("resolve call id", lambda j, t: j.resolve("s", _OVER_CALL, outcome="ran"), journal.InvalidEvent, "data.tool_call_id"),
+    ("resolve call id",
+     lambda j, t: j.resolve("s", _OVER_CALL, outcome="ran"), journal.InvalidEvent, "data.tool_call_id"),
     ("tool_result_late call id", lambda j, t: j.append("s", "tool_result_late", {"tool_call_id": _OVER_CALL}),
      journal.InvalidEvent, "data.tool_call_id"),
-    ("save_chunk stream key", lambda j, t: j.save_chunk("s", _OVER_STREAM, 0, "x"), journal.InvalidArgument, "stream_key"),
+    ("save_chunk stream key",
+     lambda j, t: j.save_chunk("s", _OVER_STREAM, 0, "x"), journal.InvalidArgument, "stream_key"),
     ("provider_started stream key", lambda j, t: t.provider_started(stream_key=_OVER_STREAM),
      journal.InvalidArgument, "stream_key"),
     ("append key", lambda j, t: j.append("s", "user_message", _MSG, key=_OVER_KEY), journal.InvalidArgument, "key"),
@@ -594,7 +603,8 @@ _OVER = [
     # A NUL: SQLite's text holds it, PostgreSQL's cannot, so neither takes it in an identifier.
     ("NUL in a call id", lambda j, t: j.append("s", "assistant_message", {"content": "", "tool_calls": [
         {"id": _NUL, "name": "t"}]}), journal.InvalidEvent, "data.tool_calls[0].id"),
-    ("NUL in a tool name", lambda j, t: j.append("s", "tool_result", {"tool_call_id": "c9", "name": _NUL, "content": ""}),
+    ("NUL in a tool name",
+     lambda j, t: j.append("s", "tool_result", {"tool_call_id": "c9", "name": _NUL, "content": ""}),
      journal.InvalidEvent, "data.name"),
     ("NUL in a key", lambda j, t: j.append("s", "user_message", _MSG, key=_NUL), journal.InvalidArgument, "key"),
     ("NUL in a state key", lambda j, t: j.set_state("s", {_NUL: 1}), journal.InvalidArgument, "state key"),

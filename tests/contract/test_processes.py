@@ -13,7 +13,7 @@ import pytest
 
 import journal
 
-from ..conftest import python_child, run_child
+from ..conftest import python_child, release_together, run_child
 
 WRITER = """
 import sys, journal
@@ -122,6 +122,7 @@ RACER = """
 import json, os, sys, time, journal
 path, racer, go = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 with journal.open(path) as j:
+    print("ready", flush=True)
     while not os.path.exists(go):
         time.sleep(0.001)
     r = j.put_result("s", "c1", f"racer {racer}")
@@ -137,8 +138,7 @@ def test_g5_eight_processes_racing_put_result_yield_one_result_and_agree_on_the_
         j.append("s", "assistant_message", {"content": "", "tool_calls": [{"id": "c1", "name": "t", "arguments": {}}]})
     go = tmp_path / "go"
     racers = [python_child(RACER, str(db_path), str(i), str(go)) for i in range(8)]
-    time.sleep(0.5)
-    go.touch()
+    release_together(racers, go)
     reports = []
     for racer in racers:
         out, err = racer.communicate(timeout=120)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from hypothesis import strategies as st
 
 import journal
 from journal.pure import plan as pure
-from tests.conftest import python_child, run_child
+from tests.conftest import python_child, release_together, run_child
 from tests.strategies import appendable_items
 
 _items = appendable_items(("c1", "c2", "c3", "c4"), max_calls=3, named=True)
@@ -90,7 +89,8 @@ def _crashed_sessions(j: journal.Journal, count: int) -> list[str]:
         sid = j.create_session(f"s{n}").id
         j.append_many(sid, [
             ("user_message", {"content": "go"}), ("turn_start", {"turn": 1}), ("step_start", {"turn": 1, "step": 1}),
-            ("assistant_message", {"content": "", "tool_calls": [{"id": "a", "name": "pay"}, {"id": "b", "name": "log"}]}),
+            ("assistant_message",
+             {"content": "", "tool_calls": [{"id": "a", "name": "pay"}, {"id": "b", "name": "log"}]}),
             ("tool_call", {"id": "a", "name": "pay"}),
         ])  # fmt: skip
         ids.append(sid)
@@ -175,6 +175,7 @@ import json, os, sys, time, journal
 path, go = sys.argv[1], sys.argv[2]
 with journal.open(path) as j:
     j._recovery.batch_sessions = 3
+    print("ready", flush=True)
     while not os.path.exists(go):
         time.sleep(0.001)
     print(json.dumps([len(r.appended) for r in j.recover(force=True)]))
@@ -185,8 +186,7 @@ def test_g8_two_processes_recovering_batches_at_once_make_one_repair_per_call(j,
     ids = _crashed_sessions(j, 10)
     go = tmp_path / "go"
     racers = [python_child(_BATCH_RECOVERER, str(db_path), str(go)) for _ in range(2)]
-    time.sleep(0.5)
-    go.touch()
+    release_together(racers, go)
     appended = []
     for racer in racers:
         out, err = racer.communicate(timeout=60)

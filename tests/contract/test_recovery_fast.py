@@ -268,7 +268,8 @@ def test_g12_a_repair_over_the_size_limit_is_refused_by_either_path_and_nothing_
         common = j.create_session("a").id
         j.append_many(common, _DISPATCHED)
         big = j.create_session("b").id
-        j.append_many(big, [("turn_start", {"turn": 1}), ("assistant_message", {"content": "", "tool_calls": [{"id": long_id, "name": "t"}]})])  # fmt: skip
+        asked = {"content": "", "tool_calls": [{"id": long_id, "name": "t"}]}
+        j.append_many(big, [("turn_start", {"turn": 1}), ("assistant_message", asked)])
         before = {sid: j.count(sid) for sid in (common, big)}
         j._recovery.set_based = set_based
         with pytest.raises(journal.InvalidEvent):

@@ -317,7 +317,7 @@ def test_stats_counts_page_by_page_what_the_sessions_hold(db_path: Path, paged_c
         _fill(j, 8)
         j.purge("s4")
         found = j.sessions()
-        totals = j._log.session_totals()  # Log's one-query count (the facade does not delegate yet)
+        totals = j._sessions.session_totals()  # the sessions part's one-query count
     stats = json.loads(paged_cli("stats", "--json"))
     expected = (len(found), sum(1 for s in found if s.parent_id), sum(s.count - s.seed_length for s in found))
     assert (stats["sessions"], stats["forks"], stats["events"]) == expected

@@ -16,7 +16,7 @@ from journal.owners import lease_owner, owner_is_dead
 from journal.testing import Ledger
 from journal.testing.bot import work
 
-from ..conftest import python_child, run_child
+from ..conftest import python_child, release_together, run_child
 
 GONE = "nohost-at-all:1:1"  # an owner on another host: never declared dead, expires by time only
 
@@ -209,6 +209,7 @@ RECONCILER = """
 import json, os, sys, time, journal
 path, go, now = sys.argv[1], sys.argv[2], int(sys.argv[3])
 with journal.open(path) as j:
+    print("ready", flush=True)
     while not os.path.exists(go):
         time.sleep(0.001)
     print(json.dumps([[d.action, len(d.appended)] for d in j.reconcile(now_ms=now)]))
@@ -223,8 +224,7 @@ def test_two_reconciler_processes_make_one_repair_and_one_new_attempt(
     before = j.count(s)
     go = tmp_path / "go"
     racers = [python_child(RECONCILER, str(db_path), str(go), str(_later())) for _ in range(2)]
-    time.sleep(0.5)
-    go.touch()
+    release_together(racers, go)
     outcomes = []
     for racer in racers:
         out, err = racer.communicate(timeout=60)

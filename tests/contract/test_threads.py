@@ -6,6 +6,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import apsw
@@ -23,6 +24,11 @@ def _hammer(append, errors: list[BaseException], worker: int, n: int) -> None:
         errors.append(exc)
 
 
+def _appender(j: journal.Journal) -> Callable[[int, int], object]:
+    """What a worker appends with: one event naming the worker and its count, to ``j``."""
+    return lambda w, i: j.append("s", "x.e", {"w": w, "i": i})
+
+
 @pytest.mark.parametrize("shared", [True, False], ids=["one-journal", "a-journal-per-thread"])
 def test_g4_eight_threads_appending_durably_finish_with_contiguous_seqs(db_path: Path, shared: bool) -> None:
     with journal.open(db_path) as setup:
@@ -32,7 +38,7 @@ def test_g4_eight_threads_appending_durably_finish_with_contiguous_seqs(db_path:
     threads = [
         threading.Thread(
             target=_hammer,
-            args=(lambda w, i, j=handles[n % len(handles)]: j.append("s", "x.e", {"w": w, "i": i}), errors, n, 100),
+            args=(_appender(handles[n % len(handles)]), errors, n, 100),
         )
         for n in range(8)
     ]

@@ -113,7 +113,7 @@ def test_an_event_the_append_would_refuse_is_refused_by_name(tmp_path: Path) -> 
         json.dumps({"event": {"session_id": "s", "seq": 0, "type": "turn_end", "data": {"steps": "1"}, "time_ms": 1}}),
     ]
     with journal.open(tmp_path / "b.db") as j:
-        with pytest.raises(journal.InvalidEvent, match="line 2: data.steps"):
+        with pytest.raises(journal.InvalidEvent, match=r"line 2: data\.steps"):
             transfer.import_lines(j, lines)
         assert j.sessions() == []
 
@@ -124,7 +124,7 @@ def test_a_second_dispatch_of_one_call_is_refused_with_the_whole_session(tmp_pat
     lines = [json.dumps({"session": {"id": "s"}}), json.dumps({"event": turn})]
     lines += [json.dumps({"event": {**event, "seq": n}}) for n in (1, 2)]
     with journal.open(tmp_path / "b.db") as j:
-        with pytest.raises(journal.InvalidEvent, match="line 4: data.id: .*already dispatched") as info:
+        with pytest.raises(journal.InvalidEvent, match=r"line 4: data\.id: .*already dispatched") as info:
             transfer.import_lines(j, [line.encode() for line in lines])
         assert isinstance(info.value.__cause__, journal.AlreadyDispatched)  # the append's own refusal
         assert j.sessions() == []
@@ -287,7 +287,7 @@ def test_g12_nesting_at_the_limit_imports_and_one_level_more_is_refused_as_the_a
 def test_g12_a_retract_is_imported_only_as_retract_wrote_it(j: journal.Journal, fresh) -> None:
     said = [("user_message", {"content": "a"}), ("user_message", {"content": "b"})]
     for data in ({"seq": 0}, {"seq": 5}):  # not the transcript's last message
-        with pytest.raises(journal.InvalidEvent, match="line 6: data.seq: must name the transcript's last message"):
+        with pytest.raises(journal.InvalidEvent, match=r"line 6: data\.seq: must name the transcript's last message"):
             transfer.import_lines(j, _file(said, ("retract", data, None)))
     with pytest.raises(journal.InvalidEvent, match="line 4: type: a retract with no message"):
         transfer.import_lines(j, _file([], ("retract", {"seq": 0}, None)))

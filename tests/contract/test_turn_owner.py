@@ -70,7 +70,6 @@ def test_g8_a_turn_another_live_process_drives_is_left_alone_by_recover(db_path:
 
 
 def test_g8_force_closes_a_turn_whose_owner_is_alive(db_path: Path, live_driver) -> None:
-    _child, owner = live_driver
     done = _cli(db_path, "recover", "--force", "--json")
     assert done.returncode == 0, done.stderr
     (result,) = json.loads(done.stdout)["sessions"]

@@ -1,0 +1,146 @@
+"""PostgreSQL's text of the statements that differ between the backends (``journal.store.statements``).
+
+Placeholders are SQLite's style (``?``, ``?N``), which the store translates; the rest is
+PostgreSQL's own: its planner picks its own indexes, JSON is read through the ``json`` type, a
+claim takes its row ``FOR UPDATE SKIP LOCKED`` (claimers on several hosts run at once).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from journal.store.statements import Statements
+
+# The viewer's read of a page of events (journal.preview), PostgreSQL's text of the SQLite
+# store's PREVIEWS_SQL: each event's seq, type, time and size in bytes, and its first ?5 fields
+# (one more, to tell there are more) as [key, value, cut], every string and every object's or
+# array's JSON text cut to ?4 characters in the server; of ``tool_calls``, the first ?5 calls'
+# id, name and arguments (cut).
+_PREVIEW_COLUMNS = """\
+SELECT e.seq, e.type, e.time_ms, octet_length(e.data),
+  (SELECT coalesce(json_agg(json_build_array(left(f.key, ?4::int), CASE
+     WHEN f.key = 'tool_calls' AND f.kind = 'array' THEN
+       (SELECT coalesce(json_agg(CASE WHEN json_typeof(c.value) = 'object' THEN json_build_object(
+           'id', left(c.value ->> 'id', ?4::int), 'name', left(c.value ->> 'name', ?4::int),
+           'arguments', CASE WHEN length((c.value -> 'arguments')::text) <= ?4::int THEN c.value -> 'arguments'
+                             ELSE to_json(left((c.value -> 'arguments')::text, ?4::int)) END,
+           'cut', coalesce(length((c.value -> 'arguments')::text) > ?4::int, false)) END ORDER BY c.n), '[]'::json)
+        FROM (SELECT value, n FROM json_array_elements(f.value) WITH ORDINALITY AS a (value, n)
+              ORDER BY n LIMIT ?5) AS c)
+     WHEN f.kind = 'string' THEN to_json(left(f.value #>> '{}', ?4::int))
+     WHEN f.kind IN ('object', 'array') AND length(f.value::text) > ?4::int THEN to_json(left(f.value::text, ?4::int))
+     ELSE f.value END,
+     CASE WHEN f.kind = 'string' THEN length(f.value #>> '{}') > ?4::int
+          WHEN f.kind IN ('object', 'array') THEN length(f.value::text) > ?4::int ELSE false END)
+     ORDER BY f.n), '[]'::json)::text
+   FROM (SELECT key, value, json_typeof(value) AS kind, n
+         FROM json_each(e.data::json) WITH ORDINALITY AS d (key, value, n) ORDER BY n LIMIT ?5 + 1) AS f)
+"""
+PREVIEWS_SQL = (
+    _PREVIEW_COLUMNS + "FROM events AS e WHERE e.session_id = ?1 AND e.seq >= ?2 AND e.seq < ?3 ORDER BY e.seq"
+)
+# The same cut read of the events at the seqs ?6 (a JSON array) of ?2 <= seq < ?3 (the SQLite
+# store's PREVIEWS_AT_SQL): driven from the list, one index seek a seq.
+PREVIEWS_AT_SQL = _PREVIEW_COLUMNS + (
+    "FROM json_array_elements_text(?6::json) AS w (value) JOIN events AS e "
+    "ON e.session_id = ?1 AND e.seq = w.value::bigint WHERE e.seq >= ?2 AND e.seq < ?3 ORDER BY e.seq"
+)
+
+_OPEN_TURNS = (
+    "SELECT t.session_id, t.start_seq, t.turn, t.phase, t.attempt, t.submission_id, t.owner, "
+    "q.state, q.lease_owner, q.lease_expires_ms FROM turn_journal AS t "
+    "LEFT JOIN submissions AS q ON q.id = t.submission_id WHERE t.end_seq IS NULL"
+)
+# Each claimer takes the row it found and passes over the rows other claimers hold: the
+# submission is theirs until they commit.
+_RUNNABLE = (
+    "SELECT q.id FROM submissions AS q WHERE q.state = 'queued' {session}"
+    "AND NOT EXISTS (SELECT 1 FROM submissions AS r WHERE r.session_id = q.session_id AND r.state = 'running') "
+    "AND NOT EXISTS (SELECT 1 FROM submissions AS e "
+    "WHERE e.session_id = q.session_id AND e.state = 'queued' AND e.ordinal < q.ordinal) "
+    "ORDER BY q.ordinal LIMIT 1 FOR UPDATE OF q SKIP LOCKED"
+)
+_APP_EVENTS = (
+    "SELECT seq, type, data, time_ms, key FROM events "
+    "WHERE session_id = ? AND type = ? AND type LIKE 'x.%' AND seq >= ? AND seq < ? ORDER BY seq {order} LIMIT ?"
+)
+
+
+def _meta_value(value: Any) -> str:
+    """A meta value as session_meta holds it here: its JSON text, a string unquoted (and a
+    boolean as 1 or 0, as json_each gives it)."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+STATEMENTS = Statements(
+    dialect="postgresql",
+    previews=PREVIEWS_SQL,
+    previews_at=PREVIEWS_AT_SQL,
+    # Differs after a transaction committed (the snapshot's horizon moves): reads no table.
+    change_token="SELECT pg_current_snapshot()::text",
+    places_compactions="SELECT true",
+    open_turn="SELECT 1 FROM turn_journal WHERE session_id = ? AND end_seq IS NULL",
+    insert_own_dispatch=(
+        "INSERT INTO events (session_id, seq, type, data, time_ms) SELECT ?1, ?2, ?3, ?4, ?5 "
+        "WHERE (SELECT seed_length FROM sessions WHERE id = ?1) = 0 "
+        "AND EXISTS (SELECT 1 FROM turn_journal WHERE session_id = ?1 AND end_seq IS NULL)"
+    ),
+    app_events_oldest_first=_APP_EVENTS.format(order="ASC"),
+    app_events_newest_first=_APP_EVENTS.format(order="DESC"),
+    # Through the digests schema_pg.sql indexes (a key or value may be longer than a btree
+    # entry), rechecked on the text itself; each binding is used once.
+    meta_sessions=(
+        "SELECT m.session_id FROM (SELECT ?::text AS k, ?::text AS t, ?::text AS v) AS p JOIN session_meta AS m "
+        "ON md5(m.key) = md5(p.k) AND m.type = p.t AND md5(m.value) = md5(p.v) AND m.key = p.k AND m.value = p.v"
+    ),
+    meta_value=_meta_value,
+    innermost_open_turn="SELECT max(start_seq) FROM turn_journal WHERE session_id = ? AND end_seq IS NULL",
+    state_latest=(
+        "SELECT kind, value FROM state WHERE session_id = ? AND key = ? AND at <= ? ORDER BY at DESC, id DESC LIMIT 1"
+    ),
+    insert_submission=(  # the ordinal is the identity column's next value
+        "INSERT INTO submissions (id, session_id, type, data, state, max_attempts, timeout_s, created_ms, updated_ms) "
+        "VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?)"
+    ),
+    runnable=_RUNNABLE.format(session=""),
+    runnable_in_session=_RUNNABLE.format(session="AND q.session_id = ? "),
+    open_turns_of=_OPEN_TURNS + " AND t.session_id IN (SELECT json_array_elements_text(?::json))",
+    open_turns_owing=(
+        "SELECT t.session_id, t.start_seq, t.turn, t.phase, t.attempt, t.submission_id, t.owner, "
+        "q.state, q.lease_owner, q.lease_expires_ms, c.call_id, c.name, c.requested_seq, c.dispatch_seq "
+        "FROM turn_journal AS t "
+        "LEFT JOIN submissions AS q ON q.id = t.submission_id "
+        "LEFT JOIN tool_calls AS c ON c.session_id = t.session_id AND c.result_seq IS NULL "
+        "AND coalesce(c.requested_seq, c.dispatch_seq) >= t.start_seq "
+        "WHERE t.end_seq IS NULL "
+        "ORDER BY t.session_id, t.start_seq, coalesce(c.requested_seq, c.dispatch_seq), c.call_id"
+    ),
+    interrupted_sessions="SELECT DISTINCT session_id FROM turn_journal WHERE end_seq IS NULL ORDER BY session_id",
+    outermost_open=(
+        "SELECT seed_length, (SELECT min(start_seq) FROM turn_journal WHERE session_id = s.id AND end_seq IS NULL) "
+        "FROM sessions AS s WHERE s.id = ? AND s.purged_ms IS NULL"
+    ),
+    call_seqs=(
+        "SELECT call_id, requested_seq, dispatch_seq, result_seq FROM tool_calls "
+        "WHERE session_id = ? AND call_id IN (SELECT json_array_elements_text(?::json))"
+    ),
+    open_work=None,  # recovery plans each session with the planner here (journal.recovery_batch)
+    indeterminate_calls=(
+        "SELECT c.session_id, c.call_id, c.name, c.dispatch_seq, c.result_seq, n.id, n.data, n.created_ms, n.acked_ms "
+        "FROM tool_calls AS c LEFT JOIN notifications AS n "
+        "ON n.session_id = c.session_id AND n.call_id = c.call_id AND n.kind = 'indeterminate' "
+        "WHERE c.state = 'indeterminate' ORDER BY c.session_id, c.dispatch_seq"
+    ),
+    mark_delivered=(
+        "UPDATE notifications SET data = (data::jsonb || jsonb_build_object('delivered_ms', ?1::bigint))::text "
+        "WHERE id = ?2 AND (data::json ->> 'delivered_ms') IS NULL"
+    ),
+    undelivered=(
+        "SELECT session_id, call_id FROM notifications "
+        "WHERE acked_ms IS NULL AND (data::json ->> 'delivered_ms') IS NULL ORDER BY created_ms, id"
+    ),
+    may_compact=(
+        "SELECT count(*) FROM events WHERE session_id = ? AND (strpos(data, '\"surface_op\"') > 0 OR type = 'retract')"
+    ),
+)
