@@ -15,9 +15,12 @@ rounds and the bytes on disk (database + WAL, after a checkpoint) at the end.
 - Claude Agent SDK: a step's transcript entries (user, assistant with a ``tool_use``, user with
   its ``tool_result``, assistant), appended one at a time (the SDK's eager flush) through
   ``JournalSessionStore``, against a JSONL file store (the SDK ships no durable store; this is
-  Claude Code's own transcript format, one JSON line per entry, fsynced per append). For the
-  bytes a run adds beyond an empty journal, at several lengths:
-  ``python -c "import sys; sys.path.insert(0, 'bench'); import adapters; adapters.claude_added()"``.
+  Claude Code's own transcript format, one JSON line per entry, fsynced per append). Each entry
+  has its own timestamp, as Claude Code writes them (an entry repeating the one before it would
+  flatter the journal, which stores a field equal to the previous entry's as a reference). For
+  the bytes a run adds beyond an empty journal, at several lengths (``PYTHONPATH=.``):
+  ``python -c "import sys; sys.path.insert(0, 'bench'); import adapters; adapters.claude_added()"``;
+  ``adapters.openai_added()`` does the same for openai-agents against ``SQLiteSession``.
 """
 
 from __future__ import annotations
@@ -258,9 +261,11 @@ def _claude_step(step: int, output: str = "sunny in Lyon") -> list[dict[str, Any
     session = "3f6c2a1e-9b8d-4c7e-a5f4-0e1d2c3b4a59"
 
     def entry(n: int, kind: str, content: object) -> dict[str, Any]:
+        ms = (step * 4 + n) * 1237  # each entry its own time, as Claude Code stamps them
+        stamp = f"2025-06-01T{10 + ms // 3_600_000:02d}:{ms // 60_000 % 60:02d}:{ms // 1000 % 60:02d}.{ms % 1000:03d}Z"
         return {
             "type": kind, "uuid": f"00000000-0000-4000-8000-{step * 4 + n:012d}", "sessionId": session,
-            "timestamp": "2025-06-01T10:00:00.000Z", "message": {"role": kind, "content": content},
+            "timestamp": stamp, "message": {"role": kind, "content": content},
         }  # fmt: skip
 
     call = f"toolu_{step}"

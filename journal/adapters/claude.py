@@ -24,24 +24,30 @@ indexed meta lookups, never a scan.
 
 What it guarantees:
 
-- **The store's contract, verbatim.** Each transcript entry is an ``x.claude.entry`` event
+- **The store's contract, verbatim.** ``load`` returns the entries deep-equal, in append order
+  and in each entry's own key order (plus the answers recovery wrote, below). An entry's
+  ``uuid`` is its idempotency key: a duplicate, in one batch or across batches, processes or
+  retries, is not stored twice — the journal's unique index decides, atomically. Entries without
+  a uuid are stored as they come (the SDK's rule), each an ``x.claude.entry`` event
   ``{"entry": <the entry>}`` (wrapped, so no field of an entry is ever read as one of the
-  journal's own); ``load`` returns the entries deep-equal, in append order (plus the answers
-  recovery wrote, below). An entry's ``uuid``
-  is its idempotency key: a duplicate, in one batch or across batches, processes or retries, is
-  not stored twice — the journal's unique index decides, atomically. Entries without a uuid are
-  stored as they come (the SDK's rule). A batch is one transaction (G2), durable when ``append``
-  returns (G1); the async methods run the journal's calls in a worker thread, so the event loop
-  never waits on an fsync. The SDK's session summary (``fold_session_summary``) is kept as keyed
-  state written in the same transaction as the batch, when the batch changes it.
-- **Each item stored once.** A value an entry shares with a typed event derived from it in the
-  same batch (a prompt's text, a thinking block, a tool's input, its output, Claude Code's own
-  copy of it in ``toolUseResult``; 48 bytes of JSON or more) is stored in the typed event only:
-  the entry's event keeps a hole there and ``"holes"`` names where each value is
-  (``journal.adapters.claude_entries``), and ``load`` (or ``entries_of`` for any journal
-  session, a fork included) puts it back, deep-equal and in the entry's own key order. An entry
-  without a uuid, or one answering a call already answered (G5 may keep it as late evidence or
-  not at all), is stored whole.
+  journal's own). A batch is one transaction (G2), durable when ``append`` returns (G1); the
+  async methods run the journal's calls in a worker thread, so the event loop never waits on an
+  fsync. The SDK's session summary (``fold_session_summary``) is kept as keyed state written in
+  the same transaction as the batch, when the batch changes it.
+- **Each item stored once, one row per item.** An entry with a uuid that has a typed event (a
+  prompt → ``user_message``, a model message → ``assistant_message``, a tool's output →
+  ``tool_result``) is stored *in* that event: the event carries the entry's key (its uuid: read
+  it as ``Event.key``) and, in ``metadata["claude_entry"]``, the entry minus what the log holds
+  already -- the values the typed events of its batch hold (text, thinking, a tool's input and
+  output, Claude Code's copy of it in ``toolUseResult``, call ids and names, the message's id
+  and model), its uuid, the fields it repeats from the entry before it (``sessionId``, ``cwd``,
+  ``parentUuid``...), and the field names it shares with an earlier entry of its shape
+  (``journal.adapters.claude_entries`` defines the references and their escaping). Other
+  entries with a uuid (attachments, summaries, a result for a call already answered, which G5
+  may keep as late evidence or not at all) are an ``x.claude.entry`` event ``{"e": ...}``
+  stored the same way without the typed values. ``load`` (or ``entries_of`` for any journal
+  session, a fork included) rebuilds each entry exactly; files written by the previous format
+  (every entry an ``x.claude.entry``, with ``holes``) read as before.
 - **Typed events, derived in the same transaction.** User text → ``user_message``; an assistant
   entry → ``assistant_message`` with ``tool_calls`` from its ``tool_use`` blocks; the first
   assistant entry asking for tools opens a journal turn and each of its calls is recorded as
@@ -85,8 +91,9 @@ What it cannot guarantee:
   process is driving the session (the journal cannot see Claude's process, so it cannot refuse
   for you). Without any recovery, ``load`` shows an orphan ``tool_use`` as Claude left it.
 - An entry the journal cannot hold (over ``max_event_bytes``, nested deeper than 100 levels, an
-  integer outside 64 bits, a lone surrogate; the ``{"entry": ...}`` wrapper counts) is refused with ``InvalidEvent`` and nothing of its
-  batch is written; the SDK reports that as a ``MirrorErrorMessage``.
+  integer outside 64 bits, a lone surrogate; the ``{"entry": ...}`` wrapper counts) is refused
+  with ``InvalidEvent`` and nothing of its batch is written; the SDK reports that as a
+  ``MirrorErrorMessage``.
 """
 
 from __future__ import annotations
@@ -116,18 +123,33 @@ from claude_agent_sdk.types import (
 
 import journal
 from journal.adapters.claude_entries import (
+    CARRIED,
+    CARRIERS,
     ENTRY,
     Item,
+    Shapes,
     answer_uuid,
     blocks_of,
+    carried,
+    chain_fields,
+    expand,
     filled,
-    holes_of,
+    fold,
+    known_chain,
     owed_calls,
     project,
-    punched,
+    unfold,
 )
 from journal.adapters.repaired import Repaired
-from journal.errors import CountMismatch, JournalBusy, JournalError, JournalIOError, SessionExists, SessionNotFound
+from journal.errors import (
+    CorruptJournal,
+    CountMismatch,
+    JournalBusy,
+    JournalError,
+    JournalIOError,
+    SessionExists,
+    SessionNotFound,
+)
 from journal.escape import escape
 from journal.model import Event, Session
 
@@ -247,6 +269,24 @@ def _entry_key(entry: Any) -> str | None:
 # -- what the log says so far ----------------------------------------------------------------------
 
 
+def _stored_residue(event: Event) -> Any:
+    """The residue an event stores as it is stored (whole or as changes), or ``None``."""
+    found = carried(event)
+    if found is None and event.type == ENTRY:
+        found = event.data.get("e")
+    return found
+
+
+def _chain_of(event: Event) -> dict[str, Any]:
+    """``chain_fields`` of the entry a whole or old-format ``x.claude.entry`` stores, as far as
+    its data alone says (a value an old-format hole takes from a typed event is left out)."""
+    data = event.data
+    fields = chain_fields(data.get("entry"))
+    for path, *_ in data.get("holes") or ():
+        fields.pop(path[0], None)
+    return fields
+
+
 @dataclass
 class _Tracker:
     """One journal session as the derivation needs it, folded from its log incrementally.
@@ -262,14 +302,25 @@ class _Tracker:
     turn: int = 0  # the last turn number used
     open: bool = False
     owed: list[str] = field(default_factory=list)  # calls of the open turn still without a result
+    prev: dict[str, Any] = field(default_factory=dict)  # chain_fields of the last entry, as far as known
+    shapes: Shapes = field(default_factory=Shapes)  # the latest residue of each shape
 
     def fold(self, event: Event) -> None:
         self.seen = event.seq + 1
         data = event.data
-        if event.type == ENTRY:
-            if event.key is not None:
-                self.keys.add(event.key)
-        elif event.type == "turn_start":
+        if event.key is not None:
+            self.keys.add(event.key)  # an entry's uuid, on its x. event or on the typed one carrying it
+        stored = _stored_residue(event)
+        if stored is not None:
+            residue = expand(stored, event.seq, self.shapes.by_seq)
+            if residue is None:  # a change of a residue this cache lost: unknown, never a base
+                self.prev = {}
+            else:
+                self.prev = known_chain(residue, event.key, self.prev)
+                self.shapes.note(event.seq, residue)
+        elif event.type == ENTRY:
+            self.prev = _chain_of(event)
+        if event.type == "turn_start":
             self.open, self.owed = True, []
             if isinstance(data.get("turn"), int):
                 self.turn = max(self.turn, data["turn"])
@@ -326,6 +377,12 @@ class _Planner:
         self.turn, self.open, self.owed = tracker.turn, tracker.open, list(tracker.owed)
         self.answered: set[str] = set()
         self.unsure = False
+        self.prev: dict[str, Any] = dict(tracker.prev)  # the entry before the next one, as far as known
+        self.shapes = tracker.shapes.copy()
+        # The seq the next item is written at, while it is known: a duplicate is not written, and
+        # a result G5 may skip makes the rest of the batch's seqs unknown (no residue is then
+        # written as a change of another, nor kept as a base).
+        self.seq: int | None = tracker.seen
         self.plan = _Plan()
 
     def add(self, entry: Any) -> None:
@@ -337,19 +394,48 @@ class _Planner:
                 return  # a duplicate: the unique index skips it, and it derives nothing again
             self.keys.add(key)
         self.plan.fresh.append(entry)
-        self.unsure = key is None  # no uuid (a mode or summary line): kept whole, as the SDK's rule keeps it
+        self.unsure = False
+        start = self.seq
         if isinstance(entry, dict) and entry.get("type") == "user":
             self._user(entry, key)
         elif isinstance(entry, dict) and entry.get("type") == "assistant":
             self._assistant(entry, key)
+        prev, self.prev = self.prev, chain_fields(entry)
+        if key is not None and isinstance(entry, dict):
+            self._fold(entry, key, at, prev, start)
+        # else no uuid (a mode or summary line): kept whole, as the SDK's rule keeps it
+        if start is not None and self.seq is not None:
+            self.seq = start + len(self.plan.items) - at
+
+    def _fold(self, entry: dict[str, Any], key: str, at: int, prev: dict[str, Any], start: int | None) -> None:
+        """Store the entry (``plan.items[at]``, to be written at ``start`` if known) once: carried
+        by its typed event, or as an x. event of its own, minus what the log holds (``fold``)."""
         derived = self.plan.items[at + 1 :]
-        if derived and not self.unsure:
-            # Each derived item is written right after the entry, in order: the batch is appended
-            # at the count the plan was made at, and none of them can be skipped (a result for a
-            # call already answered, which G5 may skip, makes the entry unsure).
-            holes = holes_of(entry, derived)
-            if holes:
-                self.plan.items[at] = (ENTRY, {"entry": punched(entry, holes), "holes": holes}, key)
+        carrier = None if self.unsure else next((n for n, d in enumerate(derived) if d[0] in CARRIERS), None)
+        if carrier is None:
+            # No typed event that is sure to be written (G5 may skip a result for a call already
+            # answered): the entry stays an x. event of its own, minus what repeats.
+            residue = fold(entry, [], None, key, prev)
+            self.plan.items[at] = (ENTRY, {"e": self._stored(residue, start)}, key)
+            return
+        # One row for the item: the typed event carries the entry and its key. Each derived item
+        # is written right after the other, in order: the batch is appended at the count the plan
+        # was made at, and none of them can be skipped.
+        type_, data, _ = derived[carrier]
+        residue = fold(entry, derived, carrier, key, prev)
+        seq = None if start is None else start + carrier
+        data["metadata"] = {**data.get("metadata", {}), CARRIED: self._stored(residue, seq)}
+        derived[carrier] = (type_, data, key)
+        self.plan.items[at:] = derived
+
+    def _stored(self, residue: dict[str, Any], seq: int | None) -> Any:
+        """The residue as stored at ``seq``: as a change of the latest of its shape when the seq
+        is known (and it is then the latest of its shape)."""
+        if seq is None:
+            return residue
+        stored = self.shapes.stored(seq, residue)
+        self.shapes.note(seq, residue)
+        return stored
 
     def _derive(self, type_: str, data: dict[str, Any]) -> None:
         self.plan.items.append((type_, data, None))
@@ -359,7 +445,8 @@ class _Planner:
         return call_id in self.t.calls or call_id in self.calls
 
     def _meta(self, entry: dict[str, Any], key: str | None) -> dict[str, Any]:
-        meta: dict[str, Any] = {"claude_uuid": entry.get("uuid")} if key is not None else {}
+        # The entry's uuid is the key of the event that carries it (``Event.key``): not repeated.
+        meta: dict[str, Any] = {}
         message = entry.get("message")
         if isinstance(message, dict) and isinstance(message.get("id"), str):
             meta["claude_message_id"] = message["id"]
@@ -387,6 +474,7 @@ class _Planner:
             data["metadata"] = self._meta(entry, key)
             if call_id in self.t.answered or call_id in self.answered:
                 self.unsure = True  # G5 may store it as late evidence, or not at all
+                self.seq = None
             self.answered.add(call_id)
             self._derive("tool_result", data)
             if call_id in self.owed:
@@ -475,12 +563,34 @@ class _Planner:
 
 def entries_of(j: journal.Journal, session_id: str) -> list[Any]:
     """The entries a journal session holds, each rebuilt whole, in append order: what ``load``
-    returns before projecting recovery's answers (a journal fork of a transcript reads the same)."""
-    events = j.events(session_id, types=[ENTRY])
-    by_seq: dict[int, Event] = {}
-    if any("holes" in e.data for e in events):
-        by_seq = {e.seq: e for e in j.events(session_id, since=events[0].seq)}
-    return [filled(e, by_seq) if "holes" in e.data else e.data["entry"] for e in events]
+    returns before projecting recovery's answers (a journal fork of a transcript reads the same).
+
+    An entry is read from the typed event that carries it, or from its ``x.claude.entry`` event
+    (its own residue; whole; or, as the previous format stored it, with ``holes``)."""
+    # The events an entry is read from, or takes a value from (a result or a prompt of its batch):
+    # the turn and dispatch events are neither.
+    events = j.events(session_id, types=[ENTRY, *CARRIERS])
+    by_seq = {e.seq: e for e in events}
+    residues: dict[int, dict[str, Any]] = {}
+    out: list[Any] = []
+    for event in events:
+        stored = _stored_residue(event)
+        if stored is not None:
+            residue = expand(stored, event.seq, residues)
+            if residue is None:
+                raise CorruptJournal(
+                    escape(f"session {session_id!r}")[:300],
+                    f"its {event.type} at seq {event.seq} holds no Claude entry it can be read from",
+                )
+            residues[event.seq] = residue
+            out.append(unfold(residue, event, by_seq, out[-1] if out else None))
+        elif event.type != ENTRY:
+            continue
+        elif "holes" in event.data:
+            out.append(filled(event, by_seq))
+        else:
+            out.append(event.data["entry"])
+    return out
 
 
 # -- the store -------------------------------------------------------------------------------------

@@ -3,9 +3,12 @@
 Two concerns of the Claude adapter (``journal.adapters.claude``), kept apart so they can be
 read, and table-tested, alone:
 
-- **each item stored once**: a value an entry shares with a typed event derived from it (a
-  prompt's text, a tool's input, its output) is stored once, in the typed event, and the entry
-  keeps a hole there that ``filled`` puts the value back into, exactly;
+- **each item stored once**: an entry that has a typed event (a prompt, a model message, a
+  tool's output) is stored *in* it, as the typed event's ``metadata["claude_entry"]``: the entry
+  minus what the log already holds (``fold``: the values the typed events hold, its uuid -- the
+  event's key --, the fields it repeats from the entry before it), put back exactly by
+  ``unfold``. Entries of the previous format (an ``x.claude.entry`` whose ``holes`` name where
+  its values are) still read (``filled``);
 - **the framework's view**: ``project`` shows what recovery wrote in the typed log (a synthetic
   result for a call a crash left unanswered) as the user entry Claude Code writes for a failed
   tool, right after the call, in the entries' ``parentUuid`` chain.
@@ -24,6 +27,10 @@ from journal.escape import escape
 from journal.model import Event
 
 ENTRY = "x.claude.entry"
+# Where a typed event carries the entry it was derived from (its metadata's key).
+CARRIED = "claude_entry"
+# The typed events that can carry their entry: one row for the item, its key moved along.
+CARRIERS = ("user_message", "assistant_message", "tool_result")
 Item = tuple[str, dict[str, Any], str | None]
 # The namespace of the uuids of projected answers: an answer's uuid is a function of its session
 # and call, so every read shows the same entry, and the same entry written back is stored once.
@@ -43,26 +50,21 @@ def answer_uuid(session_id: str, call_id: str) -> str:
     return str(_uuid.uuid5(_REPAIR_NS, session_id + "\x00" + call_id))
 
 
-# -- each item stored once: an entry's big values live in the typed events derived from it ---------
-#
-# A value of an entry that a typed event of the same batch holds too (a prompt's text, a tool's
-# input, its output) is stored once, in the typed event: the entry keeps a hole there, and
-# ``{"entry": <with holes>, "holes": [[entry path, offset, typed path, typed type], ...]}`` says
-# where to take each value back from (the event ``offset`` places after the entry's). Values
-# shorter than a hole's own cost stay in the entry.
-MIN_HOLE = 48
+# -- the places of an entry that may repeat what its typed events hold -----------------------------
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _ENCODER.encode(value)
 
 
-def _typed_values(data: dict[str, Any]) -> list[tuple[list[Any], Any]]:
-    """The values of a typed event an entry may hold verbatim, with their paths."""
-    out: list[tuple[list[Any], Any]] = [([name], data[name]) for name in ("content", "reasoning") if name in data]
-    for i, call in enumerate(data.get("tool_calls") or ()):
-        out.append((["tool_calls", i, "arguments"], call.get("arguments")))
-    return out
+def _same(a: Any, b: Any) -> bool:
+    """Whether two JSON values are the same JSON (``True`` is not ``1``; strings compare as is)."""
+    if type(a) is str and type(b) is str:
+        return a == b
+    return type(a) is type(b) and _dumps(a) == _dumps(b)
 
 
 def _entry_values(entry: dict[str, Any]) -> list[tuple[list[Any], Any]]:
@@ -98,60 +100,311 @@ def _walk(path: list[Any], value: Any, out: list[tuple[list[Any], Any]], *, dept
             _walk([*path, n], child, out, depth=depth - 1)
 
 
-def holes_of(entry: Any, derived: list[Item]) -> list[list[Any]]:
-    """Where the entry's values are held by the typed events derived from it (pure). A place
-    inside another hole is not a hole of its own."""
-    if not isinstance(entry, dict):
-        return []
-    held: dict[str, tuple[int, list[Any], str]] = {}
-    for offset, (type_, data, _key) in enumerate(derived, start=1):
-        for tpath, value in _typed_values(data):
-            if isinstance(value, (str, list, dict)):
-                held.setdefault(_dumps(value), (offset, tpath, type_))
-    holes: list[list[Any]] = []
-    for path, value in _entry_values(entry):
-        if not isinstance(value, (str, list, dict)) or any(path[: len(h[0])] == h[0] for h in holes):
-            continue
-        text = _dumps(value)
-        if len(text) >= MIN_HOLE and text in held:
-            offset, tpath, type_ = held[text]
-            holes.append([path, offset, tpath, type_])
-    return holes
-
-
 def _at(value: Any, path: list[Any]) -> Any:
     for step in path:
         value = value[step]
     return value
 
 
-def punched(entry: dict[str, Any], holes: list[list[Any]]) -> dict[str, Any]:
-    """A copy of the entry with ``None`` at each hole (only the containers on the way copied)."""
-    out = dict(entry)
-    for path, *_ in holes:
-        node = out
-        for step in path[:-1]:
-            node[step] = child = list(node[step]) if isinstance(node[step], list) else dict(node[step])
-            node = child
-        node[path[-1]] = None
-    return out
-
-
 def filled(event: Event, by_seq: dict[int, Event]) -> dict[str, Any]:
-    """The entry back from its residue and the typed events its holes name (exact: the values
-    are the JSON the typed events hold)."""
-    out = _copy.deepcopy(event.data["entry"])
+    """An entry of the previous format back (read, never written any more): an ``x.claude.entry``
+    ``{"entry": <with None at each hole>, "holes": [[entry path, offset, typed path, typed type],
+    ...]}``, each hole's value taken from the typed event ``offset`` places after it."""
+    out: dict[str, Any] = _copy.deepcopy(event.data["entry"])
     for path, offset, tpath, type_ in event.data["holes"]:
         source = by_seq.get(event.seq + offset)
         if source is None or source.type != type_:
             raise CorruptJournal(
                 escape(f"session {event.session_id!r}")[:300],
-                f"its {ENTRY} at seq {event.seq} takes a value from a {type_} at seq {event.seq + offset} that is not there",
+                f"its {ENTRY} at seq {event.seq} takes a value from a {type_} at seq {event.seq + offset} "
+                "that is not there",
             )
         node = out
         for step in path[:-1]:
             node = node[step]
         node[path[-1]] = _copy.deepcopy(_at(source.data, tpath))
+    return out
+
+
+# -- each item stored once: the entry minus what the log holds (since issue 31) -------------------
+#
+# ``fold`` writes an entry as a *residue*: the entry with the same keys in the same order, where a
+# value the log already holds is replaced by a reference, a string that starts with ``$``:
+#
+#   ``$k``          the entry's uuid: the key of the event that stores it
+#   ``$^``          (``parentUuid``) the uuid of the entry before it in the session
+#   ``$=``          (a top-level field) the same field of the entry before it (``sessionId``, ``cwd``...)
+#   ``$c`` ``$r``   the ``content`` / ``reasoning`` of the typed event that carries the entry
+#   ``$t``          the ``tool_call_id`` of the ``tool_result`` that carries it
+#   ``$a<n>`` ``$d<n>`` ``$n<n>``  the ``arguments`` / ``id`` / ``name`` of its ``tool_calls[n]``
+#   ``$i`` ``$m``   its ``metadata`` ``claude_message_id`` / ``model``
+#   ``...@<n>``     the same of the event ``n`` places after the carrier (a batch's next result)
+#
+# and every string of the entry itself that starts with ``$`` is stored with one more ``$`` in
+# front, so no content can be read as a reference (``$$`` reads back as ``$``).
+REF = "$"
+_TYPED_CODES = {
+    ("content",): "c",
+    ("reasoning",): "r",
+    ("tool_call_id",): "t",
+    ("metadata", "claude_message_id"): "i",
+    ("metadata", "model"): "m",
+}
+_PATHS = {code: path for path, code in _TYPED_CODES.items()}
+_CALL_CODES = {"a": "arguments", "d": "id", "n": "name"}  # a field of tool_calls[n]
+_CHAIN = ("$k", "$^", "$=")
+
+
+def _typed_refs(data: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The values of a typed event an entry may reference, with their codes."""
+    out = [(code, _at_or(data, list(path))) for path, code in _TYPED_CODES.items()]
+    for n, call in enumerate(data.get("tool_calls") or ()):
+        if isinstance(call, dict):
+            out.extend((f"{code}{n}", call[name]) for code, name in _CALL_CODES.items() if name in call)
+    return [(code, value) for code, value in out if isinstance(value, (str, list, dict))]
+
+
+def _typed_at(data: dict[str, Any], code: str) -> Any:
+    """The value a reference's code names in a typed event's data (``None`` if none)."""
+    if code[:1] in _CALL_CODES and code[1:].isdigit():
+        calls, n = data.get("tool_calls"), int(code[1:])
+        call = calls[n] if isinstance(calls, list) and n < len(calls) else None
+        return call.get(_CALL_CODES[code[0]]) if isinstance(call, dict) else None
+    path = _PATHS.get(code)
+    return None if path is None else _at_or(data, list(path))
+
+
+def _block_places(entry: dict[str, Any]) -> list[tuple[list[Any], Any]]:
+    """Short values of an entry the typed events hold too: its message's id and model, and its
+    blocks' ids, names and the call ids they answer."""
+    message = entry.get("message")
+    if not isinstance(message, dict):
+        return []
+    out: list[tuple[list[Any], Any]] = [
+        (["message", name], message[name]) for name in ("id", "model") if name in message
+    ]
+    content = message.get("content")
+    if isinstance(content, list):
+        out.extend(
+            (["message", "content", n, name], block[name])
+            for n, block in enumerate(content)
+            if isinstance(block, dict)
+            for name in ("id", "name", "tool_use_id")
+            if name in block
+        )
+    return out
+
+
+def _at_or(value: Any, path: list[Any]) -> Any:
+    for step in path:
+        if not isinstance(value, dict) or step not in value:
+            return None
+        value = value[step]
+    return value
+
+
+def _escaped(value: Any, path: tuple[Any, ...], refs: dict[tuple[Any, ...], str]) -> Any:
+    """A copy of ``value`` with each referenced place replaced by its reference and each string
+    that starts with ``$`` escaped."""
+    if refs:
+        ref = refs.get(path)
+        if ref is not None:
+            return ref
+    if isinstance(value, str):
+        return REF + value if value.startswith(REF) else value
+    if isinstance(value, dict):
+        return {name: _escaped(child, (*path, name), refs) for name, child in value.items()}
+    if isinstance(value, list):
+        return [_escaped(child, (*path, n), refs) for n, child in enumerate(value)]
+    return value
+
+
+def fold(
+    entry: dict[str, Any], derived: list[Item], carrier: int | None, key: str | None, prev: dict[str, Any]
+) -> dict[str, Any]:
+    """The residue of ``entry`` (pure). ``derived``: the typed events written right after each
+    other with the entry (``carrier``: the index of the one that carries it, ``None`` when an
+    ``x.claude.entry`` event does); ``key``: the event's key; ``prev``: the top-level string
+    fields of the entry before it in the session (``chain_fields``), as far as they are known."""
+    refs: dict[tuple[Any, ...], str] = {}
+    if carrier is not None:
+        held: dict[str, str] = {}
+        for n, (_type, data, _key) in enumerate(derived):
+            for code, value in _typed_refs(data):
+                held.setdefault(_dumps(value), REF + code + (f"@{n - carrier}" if n != carrier else ""))
+        for path, value in [*_entry_values(entry), *_block_places(entry)]:
+            if not isinstance(value, (str, list, dict)) or any(tuple(path[: len(h)]) == h for h in refs):
+                continue
+            text = _dumps(value)
+            ref = held.get(text)
+            if ref is not None and len(text) > len(ref) + 2:
+                refs[tuple(path)] = ref
+    out: dict[str, Any] = {}
+    for name, value in entry.items():
+        if (name,) not in refs and isinstance(value, str) and len(value) > 2:
+            if name == "uuid" and value == key:
+                out[name] = "$k"
+                continue
+            if name == "parentUuid" and value == prev.get("uuid"):
+                out[name] = "$^"
+                continue
+            if name != "uuid" and prev.get(name) == value:
+                out[name] = "$="
+                continue
+        out[name] = _escaped(value, (name,), refs)
+    return out
+
+
+# A residue is stored whole, or as ``[offset, changes]``: the residue of the event ``offset``
+# places before it that has the same top-level keys in the same order (its *shape*), with the
+# top-level fields ``changes`` holds replaced. A step's entries repeat each other's shapes, so an
+# entry costs what changed in it (its time, its text's references), not its field names again.
+MAX_SHAPES = 64
+PER_SHAPE = 4  # the latest residues of a shape kept as bases: a step's user and result entries share one
+
+
+class Shapes:
+    """The latest residues of each shape, by seq: what a residue may be written against
+    (``stored``) and read back from (``expand``). A cache: a shape it lost is written whole."""
+
+    def __init__(self) -> None:
+        self.by_keys: dict[tuple[str, ...], list[tuple[int, dict[str, Any]]]] = {}
+        self.by_seq: dict[int, dict[str, Any]] = {}
+
+    def copy(self) -> Shapes:
+        out = Shapes()
+        out.by_keys = {keys: list(bases) for keys, bases in self.by_keys.items()}
+        out.by_seq = dict(self.by_seq)
+        return out
+
+    def note(self, seq: int, residue: dict[str, Any]) -> None:
+        """``residue`` (whole) is stored at ``seq``: the latest of its shape."""
+        keys = tuple(residue)
+        bases = self.by_keys.pop(keys, None)
+        if bases is None:
+            bases = []
+            if len(self.by_keys) >= MAX_SHAPES:
+                for old, _ in self.by_keys.pop(next(iter(self.by_keys))):
+                    self.by_seq.pop(old, None)
+        bases.append((seq, residue))
+        if len(bases) > PER_SHAPE:
+            self.by_seq.pop(bases.pop(0)[0], None)
+        self.by_keys[keys] = bases  # last: the shapes in the order they were last used
+        self.by_seq[seq] = residue
+
+    def stored(self, seq: int, residue: dict[str, Any]) -> Any:
+        """How ``residue`` is stored at ``seq``: whole, or as the changes to the base of its shape
+        that are shortest, when that is shorter."""
+        best: Any = residue
+        size = len(_dumps(residue))
+        for base_seq, base in self.by_keys.get(tuple(residue), ()):
+            changes = {name: value for name, value in residue.items() if not _same(value, base[name])}
+            diff = [base_seq - seq, changes]
+            length = len(_dumps(diff))
+            if length < size:
+                best, size = diff, length
+        return best
+
+
+def expand(stored: Any, seq: int, bases: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+    """The whole residue of a stored one (``None`` when it is neither a residue nor a change of
+    one of ``bases``: the residues by seq)."""
+    if isinstance(stored, dict):
+        return stored
+    if not (isinstance(stored, list) and len(stored) == 2 and isinstance(stored[0], int)):
+        return None
+    offset, changes = stored
+    base = bases.get(seq + offset) if offset < 0 else None
+    if base is None or not isinstance(changes, dict) or not set(changes) <= set(base):
+        return None
+    return {name: changes.get(name, value) for name, value in base.items()}
+
+
+def chain_fields(entry: Any) -> dict[str, Any]:
+    """The top-level string fields of an entry: what the next entry's ``$=`` and ``$^`` name."""
+    if not isinstance(entry, dict):
+        return {}
+    return {name: value for name, value in entry.items() if isinstance(value, str)}
+
+
+def known_chain(residue: Any, key: str | None, prev: dict[str, Any]) -> dict[str, Any]:
+    """``chain_fields`` of an entry read from its residue alone (a writer following the log): the
+    fields whose value is a typed event's are left out, and are then never referenced."""
+    if not isinstance(residue, dict):
+        return {}
+    out: dict[str, Any] = {}
+    for name, value in residue.items():
+        if not isinstance(value, str):
+            continue
+        if not value.startswith(REF):
+            out[name] = value
+        elif value.startswith(REF + REF):
+            out[name] = value[1:]
+        elif value == "$k" and key is not None:
+            out[name] = key
+        elif value == "$^" and isinstance(prev.get("uuid"), str):
+            out[name] = prev["uuid"]
+        elif value == "$=" and isinstance(prev.get(name), str):
+            out[name] = prev[name]
+    return out
+
+
+def carried(event: Event) -> Any:
+    """The residue a typed event carries, or ``None``."""
+    if event.key is None or event.type not in CARRIERS:
+        return None
+    metadata = event.data.get("metadata")
+    return metadata.get(CARRIED) if isinstance(metadata, dict) else None
+
+
+def unfold(residue: dict[str, Any], event: Event, by_seq: dict[int, Event], prev: Any) -> dict[str, Any]:
+    """The entry back from its residue (exact, key order kept): ``event`` stores it, ``by_seq``
+    holds the events after it, ``prev`` is the entry before it (``None`` for the first)."""
+
+    def corrupt(detail: str) -> CorruptJournal:
+        return CorruptJournal(
+            escape(f"session {event.session_id!r}")[:300], f"the Claude entry at seq {event.seq} {detail}"
+        )
+
+    def resolve(ref: str) -> Any:
+        code, _, off = ref[1:].partition("@")
+        try:
+            source = event if not off else by_seq.get(event.seq + int(off))
+        except ValueError:
+            source = None
+        if source is None:
+            raise corrupt(escape(f"names an event that is not there ({ref!r})")[:200])
+        found = _typed_at(source.data, code)
+        if isinstance(found, str):
+            return found
+        if not isinstance(found, (list, dict)):
+            raise corrupt(escape(f"names a value its {source.type} at seq {source.seq} does not hold ({ref!r})")[:200])
+        return _copy.deepcopy(found)  # a value two places name must not be one object twice
+
+    def back(value: Any) -> Any:
+        if type(value) is str:
+            if value[:1] != REF:
+                return value
+            return value[1:] if value[1:2] == REF else resolve(value)
+        if isinstance(value, dict):
+            return {name: back(child) for name, child in value.items()}
+        if isinstance(value, list):
+            return [back(child) for child in value]
+        return value
+
+    before = prev if isinstance(prev, dict) else {}
+    out: dict[str, Any] = {}
+    for name, value in residue.items():
+        if value in _CHAIN:
+            if value == "$k":
+                found: Any = event.key
+            else:
+                found = before.get("uuid" if value == "$^" else name)
+            if not isinstance(found, str):
+                raise corrupt(escape(f"repeats a field {name!r} the entry before it does not hold")[:200])
+            out[name] = found
+        else:
+            out[name] = back(value)
     return out
 
 
@@ -259,12 +512,12 @@ def project(session_id: str, entries: list[Any], results: dict[str, Event]) -> l
         if isinstance(entry, dict) and entry.get("parentUuid") in moved:
             entry = {**entry, "parentUuid": moved[entry["parentUuid"]]}
         out.append(entry)
-        calls = after.get(index)
-        if not calls:
+        answered = after.get(index)
+        if not answered:
             continue
         template = entry if isinstance(entry, dict) else {}
         parent = template.get("uuid")
-        for call in calls:
+        for call in answered:
             answer = _answer_entry(session_id, call, results[call], parent, template)
             out.append(answer)
             parent = answer["uuid"]

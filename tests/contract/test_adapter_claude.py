@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("claude_agent_sdk", reason="the adapter's framework (extra [claude]) is not installed")
@@ -211,8 +211,8 @@ def test_a_uuid_is_stored_once_within_a_batch_and_across_batches_and_entries_wit
     run(store.append(key(), [mode]))
     assert run(store.load(key())) == [*entries, mode, mode]
     events = store.journal.events(journal_session_id(key()))
-    keyed = [e.key for e in events if e.type == ENTRY and e.key is not None]
-    assert keyed == [e["uuid"] for e in entries]
+    keyed = [e.key for e in events if e.key is not None]
+    assert keyed == [e["uuid"] for e in entries]  # each once, on the one event that stores it
     # The typed events were derived once, whatever the retries.
     assert sum(e.type == "tool_call" for e in events) == 4
     assert sum(e.type == "user_message" for e in events) == 2
@@ -669,7 +669,8 @@ def test_a_projected_answer_is_claudes_own_error_result_dated_by_the_recovery() 
         "message": {"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": "c1", "content": "It MAY have run.", "is_error": True}
         ]},
-        "uuid": answer_uuid("s", "c1"), "timestamp": "2025-06-15T15:06:40.123Z", "toolUseResult": "Error: It MAY have run.",
+        "uuid": answer_uuid("s", "c1"), "timestamp": "2025-06-15T15:06:40.123Z",
+        "toolUseResult": "Error: It MAY have run.",
     }  # fmt: skip
     assert owed_calls(entries) == ["c1"] and owed_calls([*entries, answer]) == []
 
@@ -882,3 +883,137 @@ def test_g8_the_sdks_own_reader_follows_the_chain_through_a_recovered_calls_answ
     assert tail[0][0] == "assistant" and tail[0][1][0]["id"] == "toolu_04"
     assert tail[1][0] == "user" and tail[1][1][0]["tool_use_id"] == "toolu_04" and tail[1][1][0]["is_error"] is True
     assert tail[2] == ("user", "next?")
+
+
+# -- each item stored once, one row per item (issue 31 item 5) ------------------------------------------
+
+
+def test_each_entry_with_a_typed_event_is_that_one_event_and_the_typed_reads_are_unchanged(
+    store: JournalSessionStore, fresh
+) -> None:
+    entries = coding_session(crash=False)
+    run(store.append(key(), entries[:7]))
+    run(store.append(key(), entries[7:]))
+    sid = journal_session_id(key())
+    with fresh() as other:
+        events = other.events(sid)
+        by_key = {e.key: e for e in events if e.key is not None}
+        for entry in entries:
+            if "uuid" in entry:  # one row: the typed event carries the entry and its uuid as its key
+                assert by_key[entry["uuid"]].type in ("user_message", "assistant_message", "tool_result")
+        assert [e.data for e in events if e.type == ENTRY] == [{"entry": entries[10]}]  # the summary: no uuid
+        assert entries_of(other, sid) == entries
+        assert json.dumps(run(JournalSessionStore(other).load(key()))) == json.dumps(entries)  # key order too
+        messages = other.messages(sid)
+        assert messages[0].content == "Find the failing test — ünïcode ✓ and fix it"
+        assert messages[1].reasoning == "Run the tests first."
+        assert next((m.role, m.tool_call_id, m.content) for m in messages if m.role == "tool") == (
+            "tool", "toolu_01", "1 failed: test_total",
+        )  # fmt: skip
+        assert messages[-1].content == "Deployed."
+        assert other.scan().clean and other.check() == []
+
+
+REFERENCE_LIKE = st.sampled_from(
+    ["$", "$$", "$k", "$^", "$=", "$c", "$r", "$t", "$a0", "$d0", "$c@1", "$c@-3", "$$c", "$x", "$i", "plain", ""]
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=st.lists(REFERENCE_LIKE, min_size=8, max_size=8), split=st.integers(0, 8))
+def test_strings_that_look_like_references_are_stored_escaped_and_read_back_exactly(
+    store: JournalSessionStore, values: list[str], split: int
+) -> None:
+    session = str(_uuid.uuid4())  # one session per example, in the test's one file
+    t = Transcript(session, cwd=values[0])
+    t.user(values[1] or "a prompt")
+    t.entries[-1]["parentUuid"] = values[2]
+    t.tool_use("toolu_x", "Bash", command=values[3], note={"deep": [values[4]]})
+    t.result("toolu_x", values[5])
+    t.say(values[6] or "done")
+    t.entries[-1]["sessionId"] = values[7]
+    t.user("again")
+    t.tool_use("toolu_y", "Bash", command=values[3])
+    t.result("toolu_y", values[5])
+    k = key(session_id=session)
+    run(store.append(k, t.entries[:split]))
+    # Another store on the same journal follows the log the first wrote (its references too).
+    run(JournalSessionStore(store.journal).append(k, t.entries[split:]))
+    assert json.dumps(run(store.load(k))) == json.dumps(t.entries)
+
+
+def test_a_file_written_by_the_previous_format_still_reads_and_takes_new_entries(store: JournalSessionStore) -> None:
+    t = Transcript(SID)
+    t.user("first, stored whole")
+    t.user("second: " + "a prompt long enough to have been a hole " * 2)
+    t.user("third, stored now")
+    first, second, third = t.entries
+    run(store.append(key(), [{"type": "permission-mode", "permissionMode": "plan"}]))  # the session, its meta
+    sid = journal_session_id(key())
+    old_second = {**second, "message": {"role": "user", "content": None}}
+    store.journal.append_many(
+        sid,
+        [
+            (ENTRY, {"entry": first}, first["uuid"]),
+            ("user_message", {"content": "first, stored whole", "metadata": {"claude_uuid": first["uuid"]}}),
+            (
+                ENTRY,
+                {"entry": old_second, "holes": [[["message", "content"], 1, ["content"], "user_message"]]},
+                second["uuid"],
+            ),
+            ("user_message", {"content": second["message"]["content"], "metadata": {"claude_uuid": second["uuid"]}}),
+        ],
+    )  # what the adapter wrote before issue 31
+    fresh_store = JournalSessionStore(store.journal)  # its tracker reads the old log
+    run(fresh_store.append(key(), [second, third]))  # the second is a duplicate: stored once
+    mode = {"type": "permission-mode", "permissionMode": "plan"}
+    assert run(fresh_store.load(key())) == [mode, first, second, third]
+    assert [e.key for e in store.journal.events(sid) if e.key is not None] == [e["uuid"] for e in t.entries]
+
+
+def test_a_residue_naming_a_base_that_is_not_there_is_reported_corrupt_not_rebuilt_wrong(
+    store: JournalSessionStore,
+) -> None:
+    run(store.append(key(), coding_session()[:1]))
+    sid = journal_session_id(key())
+    forged = {"content": "hi", "metadata": {"claude_entry": [-40, {"timestamp": "later"}]}}
+    store.journal.append(sid, "user_message", forged, key="forged-uuid")  # by hand: no base 40 events back
+    with pytest.raises(journal.CorruptJournal, match="holds no Claude entry"):
+        run(store.load(key()))
+
+
+def test_a_long_chat_stores_no_body_twice_and_less_data_than_its_jsonl(store: JournalSessionStore) -> None:
+    t = Transcript(SID)
+    for n in range(20):
+        t.user(f"step {n}: what is the weather in Lyon? " * 3)
+        t.tool_use(f"toolu_{n}", "Bash", command=f"curl wttr.in/Lyon?step={n}")
+        t.result(f"toolu_{n}", f"step {n}: sunny, 21 degrees " * 4)
+        t.say(f"step {n}: it is sunny in Lyon, 21 degrees. " * 2)
+    for entry in t.entries:  # the SDK's eager flush: one entry a batch
+        run(store.append(key(), [entry]))
+    assert run(store.load(key())) == t.entries
+    events = store.journal.events(journal_session_id(key()))
+    text = "\n".join(json.dumps(e.data, ensure_ascii=False) for e in events)
+    for n in (0, 7, 19):
+        assert text.count(f"step {n}: what is the weather in Lyon? " * 3) == 1
+        assert text.count(f"step {n}: sunny, 21 degrees " * 4) == 1  # the output, Claude's copy and the typed one
+        assert text.count(f"curl wttr.in/Lyon?step={n}") == 1
+    jsonl = sum(len(json.dumps(e, ensure_ascii=False)) + 1 for e in t.entries)
+    assert len(text) < 0.6 * jsonl  # each entry costs what changed in it, not its field names again
+
+
+def test_more_shapes_than_the_cache_holds_still_read_back_exactly_from_any_writer(store: JournalSessionStore) -> None:
+    t = Transcript(SID)
+    for n in range(80):  # 80 shapes: more than a writer keeps bases for (MAX_SHAPES)
+        t.user(f"prompt {n}")
+        t.entries[-1][f"field_{n}"] = n
+    for n in (0, 1, 79, 0):  # shapes the cache lost, and one it holds
+        t.user(f"again {n}")
+        t.entries[-1][f"field_{n}"] = n
+    half = len(t.entries) // 2
+    for entry in t.entries[:half]:
+        run(store.append(key(), [entry]))
+    other = JournalSessionStore(store.journal)  # a writer whose cache is folded from the log
+    for entry in t.entries[half:]:
+        run(other.append(key(), [entry]))
+    assert json.dumps(run(JournalSessionStore(store.journal).load(key()))) == json.dumps(t.entries)
