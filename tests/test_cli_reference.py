@@ -106,3 +106,21 @@ def test_the_module_runs_as_a_command(tmp_path: Path) -> None:
 def test_a_missing_document_is_one_line_and_status_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert reference.run([str(tmp_path / "nowhere.md")]) == 2
     assert capsys.readouterr().err.count("\n") == 1 and not (tmp_path / "nowhere.md").exists()
+
+
+def test_the_reference_is_the_same_after_a_command_was_invoked_alone() -> None:
+    """click caches a command's help option from the first context that asks: a command run
+    alone first (as a test's CliRunner runs `torture`) has plain --help, without the group's -h.
+    The reference shows what `journal torture --help` shows, whatever ran before it (in a fresh
+    process, so that nothing rendered the reference first)."""
+    code = (
+        "import pathlib, sys\n"
+        "from click.testing import CliRunner\n"
+        "from journal.cli import reference\n"
+        "from journal.cli.torture import torture\n"
+        "CliRunner().invoke(torture, ['--help'])\n"
+        "text = reference.render()\n"
+        "sys.exit(0 if '-h, --help' in text.split('### `journal torture`', 1)[1] else 1)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -41,13 +41,24 @@ def _arguments(command: click.Command, ctx: click.Context, formatter: click.Help
 
 def command_help(command: click.Command, ctx: click.Context) -> str:
     """What ``--help`` prints for ``command``, with an ``Arguments`` section after the description."""
-    formatter = ctx.make_formatter()
-    command.format_usage(ctx, formatter)
-    command.format_help_text(ctx, formatter)
-    _arguments(command, ctx, formatter)
-    command.format_options(ctx, formatter)
-    command.format_epilog(ctx, formatter)
-    return formatter.getvalue().rstrip("\n")
+    # click caches a command's help option from the first context that asked for it: a command
+    # invoked alone (a test's CliRunner) keeps plain --help, without the group's -h. Show the
+    # names this context gives, the short one first (click gathers them in a set), then put back.
+    help_option = command.get_help_option(ctx)
+    cached = list(help_option.opts) if help_option is not None else []
+    if help_option is not None:
+        help_option.opts[:] = sorted(command.get_help_option_names(ctx), key=lambda name: (len(name), name))
+    try:
+        formatter = ctx.make_formatter()
+        command.format_usage(ctx, formatter)
+        command.format_help_text(ctx, formatter)
+        _arguments(command, ctx, formatter)
+        command.format_options(ctx, formatter)
+        command.format_epilog(ctx, formatter)
+        return formatter.getvalue().rstrip("\n")
+    finally:
+        if help_option is not None:
+            help_option.opts[:] = cached
 
 
 def _block(title: str, text: str) -> str:
