@@ -4,6 +4,7 @@ disagreement with what is stored (the comparison itself is pure: ``journal.pure.
 from __future__ import annotations
 
 from journal import lineage
+from journal.errors import CorruptJournal, JournalError
 from journal.pure.check import Disagreement, compare
 from journal.pure.view import Compaction, compactions
 from journal.results import CallRow
@@ -11,6 +12,10 @@ from journal.sessions import Sessions
 from journal.store import Database, Store
 from journal.transcript import places_compactions
 from journal.turns import TURN_COLUMNS, TurnState
+
+# What decoding a damaged row raises: bytes that are not UTF-8, data that is not JSON or nests
+# past the parser, a value of the wrong kind where the schema's CHECK no longer holds.
+_UNDECODABLE = (UnicodeDecodeError, ValueError, RecursionError, TypeError, KeyError, IndexError, OverflowError)
 
 
 class Audit:
@@ -27,6 +32,17 @@ class Audit:
     def check(self, session_id: str | None = None) -> list[Disagreement]:
         """Recompute the derived state (turn journal, tool-call states) from the log and list
         every disagreement with what is stored; also checks that seqs are contiguous."""
+        try:
+            return self._check(session_id)
+        except JournalError:
+            raise
+        except _UNDECODABLE as exc:
+            # A row whose bytes no decoder takes (not UTF-8, not JSON, nested past the parser):
+            # the file is damaged, and the caller gets a typed error saying so, not the decoder's.
+            detail = "nests too deep to decode" if isinstance(exc, RecursionError) else type(exc).__name__
+            raise CorruptJournal(self._store.path, f"a row cannot be read back ({detail})") from exc
+
+    def _check(self, session_id: str | None) -> list[Disagreement]:
         with self._store.read() as db:
             ids = [session_id] if session_id is not None else [s.id for s in self._sessions.sessions()]
             out: list[Disagreement] = []

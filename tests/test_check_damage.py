@@ -141,3 +141,21 @@ def test_check_reports_a_page_of_garbage(healthy: Path, tmp_path: Path, start: i
 
 def test_check_of_the_undamaged_copy_is_ok(healthy: Path, tmp_path: Path) -> None:
     assert _checked(_copy(healthy, tmp_path)) == {"ok": True, "integrity": ["ok"], "disagreements": []}
+
+
+@pytest.mark.parametrize("edit", [b"\xff\xfe", b'"}'], ids=["invalid-utf8", "not-json"])
+def test_the_library_s_check_gives_a_typed_error_for_a_row_it_cannot_decode(
+    healthy: Path, tmp_path: Path, edit
+) -> None:
+    """`Journal.check()` on a damaged row raises CorruptJournal naming the file, never the
+    decoder's own UnicodeDecodeError or ValueError; the file is left as it was."""
+    path = _copy(healthy, tmp_path)
+    _overwrite(path, _marker_offset(path) + 50, edit)
+    before = path.read_bytes()
+    with (
+        journal.open(path, readonly=True) as j,
+        pytest.raises(journal.CorruptJournal, match="cannot be read back") as caught,
+    ):
+        j.check()
+    assert str(path) in str(caught.value)
+    assert path.read_bytes() == before
