@@ -20,7 +20,8 @@ import pytest
 import journal
 from journal import crash
 from journal.testing import Ledger, harness, plugin, workload
-from journal.testing.harness import Harness, _is_tail, judge
+from journal.testing.harness import Harness, judge
+from journal.testing.verdict import _is_tail
 
 crash_harness = plugin.crash_harness  # the fixtures under test, as an agent author gets them
 fault_vfs = plugin.fault_vfs

@@ -6,6 +6,9 @@
 - the library's modules import each other without a cycle;
 - the parts the log asks while it appends (the fork chain, where a call and a turn stand) sit
   below it: they never import ``journal.log``, they reach it through the ``Log`` they are given;
+- the parts of the kill harness and of the crash campaign sit below the module that gathers them
+  (and re-exports their names): the witness and the judge never import ``journal.testing.harness``,
+  the campaign's parts never import ``journal.testing.torture``;
 - the fork chain is walked in one module, ``journal.lineage``: no other part of the library
   reads a session's ``parent_id`` to follow it.
 """
@@ -25,6 +28,13 @@ DRIVERS = {"apsw", "sqlite3", "psycopg", "psycopg2", "asyncpg"}
 FRONTS = ("journal.cli", "journal.serve", "journal.adapters")
 PURE_MAY_IMPORT = {"journal.model", "journal.errors"}
 BELOW_THE_LOG = ("journal.lineage", "journal.results", "journal.turns")
+PARTS_OF = {
+    "journal.testing.harness": ("journal.testing.witness", "journal.testing.verdict"),
+    "journal.testing.torture": (
+        "journal.testing.torture_plan", "journal.testing.torture_trial", "journal.testing.torture_report",
+        "journal.testing.pgtorture",
+    ),
+}  # fmt: skip
 # A statement that reads a session's parent to follow it: the fork-chain walk. The listing
 # (journal.sessions) shows the column, and the store may inspect its own schema.
 WALK = re.compile(r"\bSELECT\b.*\bparent_id\b.*\bFROM sessions\b", re.DOTALL | re.IGNORECASE)
@@ -99,6 +109,8 @@ def violations(root: Path) -> list[str]:
                 out.append(f"{name}: walks the fork chain itself (journal.lineage is its one walk)")
         if name in BELOW_THE_LOG and "journal.log" in ours:
             out.append(f"{name}: imports journal.log, which asks it while it appends")
+        wholes = [whole for whole, parts in PARTS_OF.items() if name in parts and whole in ours]
+        out += [f"{name}: a part of {whole} imports it" for whole in wholes]
     graph = {
         name: {m for m in imports(path, set(mods), top_level_only=True) if m in mods and m != name}
         for name, path in mods.items()
@@ -181,11 +193,14 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
          "import cycle: journal.a -> journal.b -> journal.a"),
         ({"log.py": "", "results.py": "def f():\n    from journal import log\n"},
          "journal.results: imports journal.log, which asks it while it appends"),
+        ({"testing/__init__.py": "", "testing/harness.py": "",
+          "testing/verdict.py": "def f():\n    from journal.testing import harness\n"},
+         "journal.testing.verdict: a part of journal.testing.harness imports it"),
         ({"audit.py": 'PARENT = (\n    "SELECT parent_id, seed_length "\n    "FROM sessions WHERE id = ?"\n)\n'},
          "journal.audit: walks the fork chain itself (journal.lineage is its one walk)"),
     ],
     ids=["pure-imports-a-part", "driver-outside-store", "driver-in-a-function", "library-imports-cli", "click",
-         "cycle", "a-part-below-the-log-imports-it", "a-second-fork-chain-walk"],
+         "cycle", "a-part-below-the-log-imports-it", "a-part-of-the-harness-imports-it", "a-second-fork-chain-walk"],
 )  # fmt: skip
 def test_each_broken_rule_is_reported(tmp_path: Path, files: dict[str, str], expected: str) -> None:
     assert expected in violations(_tree(tmp_path, files))

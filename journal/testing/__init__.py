@@ -4,8 +4,10 @@ a scripted agent workload, the kill harness and the fault-injecting VFS (DESIGN 
 from journal.crash import POINTS as CRASH_POINTS
 from journal.crash import TOOL_POINTS, arm, die, disarm, reached
 from journal.testing.faultvfs import FaultVFS
-from journal.testing.harness import WORKLOAD, CommitWitness, Harness, Verdict, judge
+from journal.testing.harness import Harness
 from journal.testing.ledger import Ledger
+from journal.testing.verdict import WORKLOAD, Verdict, judge
+from journal.testing.witness import CommitWitness
 
 __all__ = [
     "CRASH_POINTS",

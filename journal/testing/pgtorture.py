@@ -44,17 +44,10 @@ import attrs
 
 from journal import JournalError, JournalIOError
 from journal.store.target import is_url_dsn, redact, secrets, split_password
-from journal.testing.harness import (
-    _READY,
-    CHILD_SPEC,
-    DEFAULT_TIMEOUT_S,
-    Verdict,
-    _child_main,
-    judge,
-    read_witness,
-    run_child,
-)
+from journal.testing.harness import _READY, CHILD_SPEC, DEFAULT_TIMEOUT_S, _child_main, run_child
 from journal.testing.ledger import Ledger
+from journal.testing.verdict import Verdict, judge
+from journal.testing.witness import read_witness
 
 if TYPE_CHECKING:
     from journal.testing.pgserver import PgServer
