@@ -12,8 +12,11 @@ this module hands back to the caller: forks (calls inherited through the parent)
 doubled turns, a call first seen by its dispatch, a request whose tool name is not text, a turn
 that owes calls, recorded no dispatch and closed a step (rule 3 needs where each step opened and
 closed), an event too large for the journal's limit, and sessions with no open turn (purged,
-unknown, or repaired since the scan). A backend without the statement (``sql.open_work`` is
-``None``: PostgreSQL) hands back every session.
+unknown, or repaired since the scan). Both backends have the statement, each in its own
+dialect (``journal.store.sqlite_sql``, ``journal.store.postgres_sql``); a backend without it
+(``sql.open_work`` is ``None``) would hand back every session. On PostgreSQL the ``executemany``
+is psycopg's, pipelined: one round trip for the whole batch's rows, under one savepoint (not one
+per row), in the transaction that took the journal's advisory lock with its ``BEGIN``.
 
 Run inside the caller's write transaction: the plan is made from what that transaction sees, so
 racing recoverers make one repair (G8).

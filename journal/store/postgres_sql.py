@@ -47,6 +47,50 @@ PREVIEWS_AT_SQL = _PREVIEW_COLUMNS + (
     "ON e.session_id = ?1 AND e.seq = w.value::bigint WHERE e.seq >= ?2 AND e.seq < ?3 ORDER BY e.seq"
 )
 
+# Recovery's set-based path (journal.recovery_batch), PostgreSQL's text of the SQLite store's
+# OPEN_WORK_SQL: the same columns, rows and meaning. The open work of a batch of sessions (?1: a
+# JSON array of ids), one row per open turn and call it owes (the call columns NULL for a turn
+# owing none), read from the derived tables (turn_journal_open, tool_calls_owed, the events' key)
+# and the open turn's own events only: the calls are joined per open turn (LATERAL), so each is an
+# index seek and the cost follows the open work, not the file. ``simple``: the turn is the common case that path plans
+# alone (a session that is no fork, this one open turn, no turn after its start, every owed call
+# first seen in an assistant message of the turn); ``dispatching``: the turn recorded a dispatch.
+# A call's ``position`` (1-based here) orders the calls requested together; ``name`` is the
+# request's name when it is a string (NULL: the planner decides).
+OPEN_WORK_SQL = """\
+WITH batch (sid) AS (SELECT DISTINCT b.value FROM json_array_elements_text(?1::json) AS b (value)),
+open_turn AS MATERIALIZED (
+  SELECT s.id AS sid, t.start_seq, t.turn, t.steps, t.step_open,
+    s.seed_length = 0
+    AND (SELECT count(*) FROM turn_journal AS u WHERE u.session_id = s.id AND u.end_seq IS NULL) = 1
+    AND NOT EXISTS (SELECT 1 FROM turn_journal AS u WHERE u.session_id = s.id AND u.start_seq > t.start_seq)
+    AND NOT EXISTS (SELECT 1 FROM tool_calls AS d
+                     WHERE d.session_id = s.id AND d.result_seq IS NULL AND d.dispatch_seq IS NOT NULL
+                       AND (d.requested_seq IS NULL OR d.dispatch_seq < d.requested_seq)
+                       AND GREATEST(d.dispatch_seq, coalesce(d.requested_seq, -1)) >= t.start_seq) AS simple,
+    (SELECT max(v.seq) FROM events AS v WHERE v.session_id = s.id) + 1 AS next_seq,
+    EXISTS (SELECT 1 FROM events AS v WHERE v.session_id = s.id AND v.seq > t.start_seq AND v.type = 'tool_call'
+             AND json_typeof(v.data::json -> 'id') = 'string' AND (v.data::json ->> 'id') <> '') AS dispatching
+  FROM batch JOIN sessions AS s ON s.id = batch.sid AND s.purged_ms IS NULL
+  JOIN turn_journal AS t ON t.session_id = s.id AND t.end_seq IS NULL
+)
+SELECT o.sid, o.start_seq, o.turn, o.steps, o.step_open, o.simple, o.next_seq, o.dispatching,
+       w.call_id, w.requested_seq, w.dispatch_seq, w.position, w.name
+FROM open_turn AS o
+LEFT JOIN LATERAL (
+  SELECT c.call_id, c.requested_seq, c.dispatch_seq, j.n AS position,
+         CASE WHEN json_typeof(j.value -> 'name') = 'string' THEN j.value ->> 'name' END AS name
+  FROM tool_calls AS c
+  LEFT JOIN events AS e ON e.session_id = c.session_id AND e.seq = c.requested_seq
+  LEFT JOIN LATERAL (SELECT e.data::json -> 'tool_calls' AS calls) AS r ON true
+  LEFT JOIN LATERAL json_array_elements(CASE WHEN json_typeof(r.calls) = 'array' THEN r.calls END)
+    WITH ORDINALITY AS j (value, n)
+    ON json_typeof(j.value) = 'object' AND json_typeof(j.value -> 'id') = 'string' AND (j.value ->> 'id') = c.call_id
+  WHERE o.simple AND c.session_id = o.sid AND c.result_seq IS NULL AND c.requested_seq >= o.start_seq
+    AND c.call_id <> ''
+) AS w ON true
+ORDER BY o.sid, o.start_seq, w.requested_seq, w.position"""
+
 _OPEN_TURNS = (
     "SELECT t.session_id, t.start_seq, t.turn, t.phase, t.attempt, t.submission_id, t.owner, "
     "q.state, q.lease_owner, q.lease_expires_ms FROM turn_journal AS t "
@@ -125,7 +169,7 @@ STATEMENTS = Statements(
         "SELECT call_id, requested_seq, dispatch_seq, result_seq FROM tool_calls "
         "WHERE session_id = ? AND call_id IN (SELECT json_array_elements_text(?::json))"
     ),
-    open_work=None,  # recovery plans each session with the planner here (journal.recovery_batch)
+    open_work=OPEN_WORK_SQL,
     indeterminate_calls=(
         "SELECT c.session_id, c.call_id, c.name, c.dispatch_seq, c.result_seq, n.id, n.data, n.created_ms, n.acked_ms "
         "FROM tool_calls AS c LEFT JOIN notifications AS n "

@@ -80,7 +80,8 @@ class Statements:
     # (session, a JSON array of call ids): those calls' seqs.
     call_seqs: str
     # (a JSON array of session ids): recovery's set-based read of a batch's open work
-    # (journal.recovery_batch); None: this backend recovers session by session (the planner).
+    # (journal.recovery_batch), the same columns and rows on both backends; None: a backend that
+    # recovers session by session (the planner).
     open_work: str | None
 
     # -- journal.effects -------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import journal
 from journal.pure import plan as pure
+from journal.recovery_batch import recover_common_txn
 from tests.conftest import python_child, release_together, run_child
 from tests.strategies import appendable_items
 
@@ -95,6 +96,20 @@ def _crashed_sessions(j: journal.Journal, count: int) -> list[str]:
         ])  # fmt: skip
         ids.append(sid)
     return ids
+
+
+def _assert_set_based(j: journal.Journal, ids: list[str]) -> None:
+    """These sessions are the set-based path's (journal.recovery_batch) on this backend, all of
+    them, in one batch: planned and written there, then rolled back (nothing stays)."""
+    with j._store.write("probe", commit=False) as db:
+        common, rest = recover_common_txn(db, j._log.codec, ids, 0)
+    assert sorted(common) == sorted(ids) and rest == []
+    assert all([e.type for e in common[sid]] == ["tool_result", "tool_result", "turn_end"] for sid in ids)
+    assert all(j.interrupted(sid) for sid in ids)
+
+
+def test_the_crashed_sessions_of_these_tests_take_the_set_based_path_on_either_backend(j) -> None:
+    _assert_set_based(j, _crashed_sessions(j, 5))
 
 
 @pytest.mark.sqlite_only(reason="traces the statements SQLite runs")
@@ -184,6 +199,7 @@ with journal.open(path) as j:
 
 def test_g8_two_processes_recovering_batches_at_once_make_one_repair_per_call(j, db_path: Path, tmp_path: Path) -> None:
     ids = _crashed_sessions(j, 10)
+    _assert_set_based(j, ids)  # the racers take the set-based path, on either backend
     go = tmp_path / "go"
     racers = [python_child(_BATCH_RECOVERER, str(db_path), str(go)) for _ in range(2)]
     release_together(racers, go)
@@ -213,6 +229,7 @@ def test_g8_a_kill_inside_a_batched_recovery_leaves_each_session_repaired_or_unt
     j, db_path, point, repaired
 ) -> None:
     ids = _crashed_sessions(j, 8)
+    _assert_set_based(j, ids)  # the killed batches are the set-based path's, on either backend
     before = {sid: j.count(sid) for sid in ids}
     j.close()
     child = run_child(_KILLED_RECOVERER, str(db_path), env={"JOURNAL_CRASH_AT": point})

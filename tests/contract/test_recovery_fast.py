@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import journal
+from journal import recovery as recovery_module
 from journal.pure import plan as pure
 from journal.recovery import Recovery
 from tests.strategies import interrupted_logs
@@ -250,15 +251,95 @@ def _init_with(set_based: bool):
     return init
 
 
+class _Paths:
+    """Which path recovered which session: ``set_based`` (journal.recovery_batch) or ``planner``."""
+
+    def __init__(self) -> None:
+        self.set_based: list[str] = []
+        self.planner: list[str] = []
+
+    def __enter__(self) -> _Paths:
+        common_txn = recovery_module.recover_common_txn
+        apply_plan_txn = Recovery.apply_plan_txn
+
+        def spy_common(*args, **kwargs):
+            common, rest = common_txn(*args, **kwargs)
+            self.set_based.extend(common)
+            return common, rest
+
+        def spy_plan(recovery, db, session_id, time_ms):
+            self.planner.append(session_id)
+            return apply_plan_txn(recovery, db, session_id, time_ms)
+
+        self._patches = [
+            mock.patch.object(recovery_module, "recover_common_txn", spy_common),
+            mock.patch.object(Recovery, "apply_plan_txn", spy_plan),
+        ]
+        for patch in self._patches:
+            patch.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for patch in reversed(self._patches):
+            patch.stop()
+
+
 def test_g8_recovery_on_either_backend_appends_the_planners_events(j) -> None:
     planned = {}
     for shape, items in sorted({**_COMMON, **_PLANNERS}.items()):
         sid = j.create_session(shape).id
         _write(j, sid, items)
         planned[sid] = [(r.type, r.data) for r in pure.plan(j.events(sid))]
-    done = {r.session_id: [(e.type, e.data) for e in r.appended] for r in j.recover()}
+    with _Paths() as paths:
+        done = {r.session_id: [(e.type, e.data) for e in r.appended] for r in j.recover()}
     assert done == planned
+    # Each backend takes the set-based path for the common case (its own open_work statement),
+    # and the planner for the rest, each session by exactly one of them.
+    assert sorted(paths.set_based) == sorted(_COMMON)
+    assert sorted(paths.planner) == sorted(_PLANNERS)
     assert j.check() == [] and j.recover() == []
+
+
+def _derived(j: journal.Journal, session_id: str) -> dict[str, list[tuple]]:
+    """The session's rows of the derived tables, without its id."""
+    with j._store.read() as db:
+        return {
+            "turn_journal": [tuple(r)[1:] for r in db.execute(
+                "SELECT * FROM turn_journal WHERE session_id = ? ORDER BY start_seq", (session_id,))],
+            "tool_calls": [tuple(r)[1:] for r in db.execute(
+                "SELECT * FROM tool_calls WHERE session_id = ? ORDER BY call_id", (session_id,))],
+        }  # fmt: skip
+
+
+_examples = iter(range(1_000_000))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(logs=st.lists(interrupted_logs(), min_size=1, max_size=4))
+def test_g8_on_either_backend_the_set_based_path_writes_what_the_planner_writes(j, logs) -> None:
+    n = next(_examples)
+    pairs = []
+    for k, items in enumerate(logs):
+        fast, slow = j.create_session(f"fast-{n}-{k}").id, j.create_session(f"slow-{n}-{k}").id
+        _write(j, fast, items)
+        _write(j, slow, items)
+        pairs.append((fast, slow, [(r.type, r.data) for r in pure.plan(j.events(fast))]))
+    fast_ids, slow_ids = [p[0] for p in pairs], [p[1] for p in pairs]
+    with mock.patch("journal.log.now_ms", return_value=_CLOCK_MS), _Paths() as paths:
+        j._recovery.set_based = True
+        fast_results = {r.session_id: r.appended for sid in fast_ids for r in j.recover(sid)}
+        j._recovery.set_based = False
+        slow_results = {r.session_id: r.appended for sid in slow_ids for r in j.recover(sid)}
+        j._recovery.set_based = True
+    assert not set(paths.set_based) & set(slow_ids)
+    for fast, slow, planned in pairs:
+        got = fast_results[fast]
+        assert [(e.type, e.data) for e in got] == planned
+        assert [(e.seq, e.type, e.data, e.time_ms) for e in got] == [
+            (e.seq, e.type, e.data, e.time_ms) for e in slow_results[slow]
+        ]
+        assert _derived(j, fast) == _derived(j, slow)
+        assert not j.interrupted(fast)
 
 
 @pytest.mark.parametrize("set_based", [True, False], ids=["set_based", "planner"])
