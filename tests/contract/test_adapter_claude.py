@@ -1017,3 +1017,28 @@ def test_more_shapes_than_the_cache_holds_still_read_back_exactly_from_any_write
     for entry in t.entries[half:]:
         run(other.append(key(), [entry]))
     assert json.dumps(run(JournalSessionStore(store.journal).load(key()))) == json.dumps(t.entries)
+
+
+@pytest.mark.sqlite_only(reason="holds SQLite's write lock from a raw apsw connection")
+def test_a_busy_journal_is_raised_to_the_sdk_and_the_batch_is_stored_once_on_retry(db_path: Path) -> None:
+    """A write the journal could not make (another writer held the lock past the busy timeout)
+    reaches the SDK as JournalBusy, not a second attempt stored in another shape; the SDK's
+    retry then stores each entry once."""
+    import apsw
+
+    entries = coding_session()
+    with JournalSessionStore(db_path, busy_timeout_ms=50) as store:
+        run(store.load(key()))  # the file exists
+        holder = apsw.Connection(str(db_path))
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(journal.JournalBusy):
+                run(store.append(key(), entries))
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert run(store.load(key())) in (None, [])  # nothing of the refused batch
+        run(store.append(key(), entries))  # the SDK retries
+        assert run(store.load(key())) == entries
+        uuids = [e.key for e in store.journal.events(store.journal.sessions()[0].id) if e.key]
+        assert len(uuids) == len(set(uuids))
