@@ -13,7 +13,7 @@ replacing the first.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -22,6 +22,7 @@ from journal.codec import MAX_CALL_ID, check_id
 from journal.errors import AlreadyDispatched, LeaseLost, NoOpenTurn, ResultExists, SchemaViolation, UnknownToolCall
 from journal.model import CallState, Event, now_ms
 from journal.store import Database, Store
+from journal.turns import ResultCalls as ResultCalls  # (kept with TurnCalls, which extends it)
 from journal.turns import turn_before_txn
 
 if TYPE_CHECKING:
@@ -46,22 +47,6 @@ class PutResult:
     event: Event
     won: bool
     late: Event | None = None
-
-
-class ResultCalls(Protocol):
-    """What a ``Dispatch`` calls back into (a ``Journal``): ``put_result``, and nothing of the
-    facade beyond it."""
-
-    def put_result(
-        self,
-        session_id: str,
-        call_id: str,
-        content: Any,
-        *,
-        is_error: bool = ...,
-        name: str | None = ...,
-        metadata: dict[str, Any] | None = ...,
-    ) -> PutResult: ...
 
 
 @attrs.define

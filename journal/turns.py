@@ -136,7 +136,23 @@ def last_turn_number_txn(db: Database, session_id: str) -> int:
     return 0
 
 
-class TurnCalls(Protocol):
+class ResultCalls(Protocol):
+    """What a ``Dispatch`` calls back into (a ``Journal``): ``put_result``, and nothing of the
+    facade beyond it."""
+
+    def put_result(
+        self,
+        session_id: str,
+        call_id: str,
+        content: Any,
+        *,
+        is_error: bool = ...,
+        name: str | None = ...,
+        metadata: dict[str, Any] | None = ...,
+    ) -> PutResult: ...
+
+
+class TurnCalls(ResultCalls, Protocol):
     """What a ``Turn`` calls back into (a ``Journal``): the turn, stream, dispatch and result
     calls, so the handle depends on these few methods, not on the facade."""
 
@@ -155,16 +171,6 @@ class TurnCalls(Protocol):
         request_id: str | None = ...,
         effect: str | None = ...,
     ) -> Dispatch: ...
-    def put_result(
-        self,
-        session_id: str,
-        call_id: str,
-        content: Any,
-        *,
-        is_error: bool = ...,
-        name: str | None = ...,
-        metadata: dict[str, Any] | None = ...,
-    ) -> PutResult: ...
     def turn_end(self, turn: Turn, *, reason: str = ...) -> Event: ...
 
 
