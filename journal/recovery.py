@@ -26,6 +26,7 @@ import attrs
 
 from journal import lineage
 from journal import log as _log
+from journal.bulk import paused_collector
 from journal.codec import check_text
 from journal.effects import Effects, IndeterminateCall
 from journal.errors import InvalidArgument, SessionNotFound
@@ -173,41 +174,27 @@ _PHASES = {phase.value: phase for phase in Phase}
 
 
 def open_turns_txn(db: Database) -> list[OpenTurn]:
-    """Every open turn with the calls it still owes (one statement)."""
+    """Every open turn with the calls it still owes (one statement). A row is the turn's ten
+    columns then one owed call's four (NULL when it owes none); a turn's rows come together."""
     now = _log.now_ms()
     turns: list[OpenTurn] = []
     owed: list[OwedCall] = []
-    head: tuple[Any, ...] = ()
-    for (
-        sid,
-        start,
-        number,
-        phase,
-        attempt,
-        sub_id,
-        owner,
-        state,
-        lease,
-        expires,
-        call_id,
-        name,
-        req,
-        disp,
-    ) in db.execute(db.sql.open_turns_owing):
-        if not head or start != head[1] or sid != head[0]:  # a turn's rows come together (ORDER BY)
-            if head:
+    head: tuple[Any, ...] | None = None
+    for row in db.execute(db.sql.open_turns_owing):
+        if head is None or row[1] != head[1] or row[0] != head[0]:
+            if head is not None:
                 turns.append(_open_turn(head, owed, now))
-            head, owed = (sid, start, number, phase, attempt, sub_id, owner, state, lease, expires), []
-        if call_id is not None:
-            owed.append(OwedCall(call_id, name, req, disp))
-    if head:
+            head, owed = row, []
+        if row[10] is not None:
+            owed.append(OwedCall(row[10], row[11], row[12], row[13]))
+    if head is not None:
         turns.append(_open_turn(head, owed, now))
     return turns
 
 
 def _open_turn(head: tuple[Any, ...], owed: list[OwedCall], now: int) -> OpenTurn:
-    sid, start, number, phase, attempt, sub_id, owner, sub_state, lease_owner, expires_ms = head
-    held = _held(owner, sub_state, lease_owner, expires_ms, now)
+    sid, start, number, phase, attempt, sub_id, owner, sub_state, lease_owner, expires_ms = head[:10]
+    held = owner is not None and _held(owner, sub_state, lease_owner, expires_ms, now)  # None holds nothing
     return OpenTurn(sid, start, number, _PHASES[phase], attempt, sub_id, tuple(owed), owner, held)
 
 
@@ -279,7 +266,7 @@ class Recovery:
 
     def scan(self) -> ScanReport:
         """A read-only report of all unfinished work (runs on a read-only journal too)."""
-        with self._store.read() as db:
+        with self._store.read() as db, paused_collector():
             stale, queued = self._queue.stale_txn(db, _log.now_ms())
             return ScanReport(
                 open_turns=tuple(open_turns_txn(db)),
