@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+from journal.bulk import paused_collector
 from journal.codec import check_text
 from journal.errors import SessionNotFound
 from journal.model import Event
@@ -117,10 +118,12 @@ def read_rows_txn(db: Database, session_id: str, since: int = 0, until: int = SE
 
 
 def read_events_txn(db: Database, session_id: str, since: int = 0, until: int = SEQ_END) -> list[Event]:
-    """Events with ``since <= seq < until``, read through the fork chain."""
+    """Events with ``since <= seq < until``, read through the fork chain (the cyclic collector
+    paused while they are made: ``journal.bulk``)."""
     chain = chain_txn(db, session_id, since, until, newest_first=False)
-    return [
-        Event(session_id, seq, type_, json.loads(data), t, key)
-        for owner, lo, hi in chain
-        for seq, type_, data, t, key in db.execute(_ROWS, (owner, lo, hi))
-    ]
+    with paused_collector():
+        return [
+            Event(session_id, seq, type_, json.loads(data), t, key)
+            for owner, lo, hi in chain
+            for seq, type_, data, t, key in db.execute(_ROWS, (owner, lo, hi))
+        ]

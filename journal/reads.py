@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from journal import state as _state
+from journal.bulk import paused_collector
 from journal.codec import check_int, check_text
 from journal.errors import InvalidArgument
 from journal.lineage import NO_LIMIT, chain_txn, next_seq_txn, read_events_txn
@@ -66,7 +67,8 @@ def _filtered_txn(
         found = [row for sql, kinds in queries for row in db.execute(sql, (owner, *kinds, start, stop, wanted))]
         found.sort(key=lambda row: row[0], reverse=newest_first)
         rows.extend(found if wanted < 0 else found[:wanted])
-    return [Event(session_id, seq, t, json.loads(data), ms, key) for seq, t, data, ms, key in rows]
+    with paused_collector():  # journal.bulk
+        return [Event(session_id, seq, t, json.loads(data), ms, key) for seq, t, data, ms, key in rows]
 
 
 class Reads:

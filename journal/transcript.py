@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from journal import lineage
 from journal import log as _log
+from journal.bulk import paused_collector
 from journal.codec import check_int
 from journal.errors import InvalidArgument, InvalidRange, UnansweredCalls
 from journal.log import Log
@@ -89,7 +90,8 @@ class Transcript:
         if n is None:
             with self._store.read() as db:
                 events = lineage.read_events_txn(db, session_id)
-            return fold(events)
+            with paused_collector():  # journal.bulk
+                return fold(events)
         with self._store.read() as db:
             return _tail_txn(db, session_id, n, cut)
 
@@ -107,7 +109,8 @@ class Transcript:
         if n is None:
             with self._store.read() as db:
                 events = lineage.read_events_txn(db, session_id)
-            return provider_view(events)
+            with paused_collector():  # journal.bulk
+                return provider_view(events)
         with self._store.read() as db:
             # Each round reads twice as many of the transcript's last messages, until what they
             # shape into is long enough (results of earlier assistants, left-out answers drop).
