@@ -17,6 +17,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
         ("langgraph_agent.py", "none repeated"),
         ("claude_store.py", "clean: no unfinished work"),
         ("openai_agents_bot.py", "(B-2 once)"),
+        ("adk_agent.py", "(B-2 once)"),
     ],
 )
 def test_an_example_runs_offline_and_shows_its_point(tmp_path: Path, script: str, expected: str) -> None:

@@ -3,7 +3,8 @@
 - ``journal.adapters.openai_agents``: a ``Session`` and ``RunHooks`` for openai-agents
   (extra ``agent-journal[openai-agents]``);
 - ``journal.adapters.langgraph``: a ``BaseCheckpointSaver`` for LangGraph (``[langgraph]``);
-- ``journal.adapters.claude``: a ``SessionStore`` for the Claude Agent SDK (``[claude]``).
+- ``journal.adapters.claude``: a ``SessionStore`` for the Claude Agent SDK (``[claude]``);
+- ``journal.adapters.adk``: a ``BaseSessionService`` and a ``BasePlugin`` for Google ADK (``[adk]``).
 
 Each stores the framework's own payload verbatim as ``x.<framework>.*`` events (it round-trips
 deep-equal) and, in the same transaction, the typed events the journal understands where the

@@ -1,0 +1,414 @@
+"""Google ADK on the journal (DESIGN §17): the session service, the plugin, one recovery.
+
+Real ADK classes throughout (``Runner``, ``App``, ``LlmAgent``, function tools); the model is an
+offline scripted ``BaseLlm``. Each test runs on SQLite and on PostgreSQL (``target``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import warnings
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.adk.agents import LlmAgent
+from google.adk.apps.app import App, ResumabilityConfig
+from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.events.event import Event as AdkEvent
+from google.adk.events.event_actions import EventActions
+from google.adk.models.base_llm import BaseLlm
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
+from google.adk.runners import Runner
+from google.adk.sessions.base_session_service import GetSessionConfig
+from google.genai import types
+from pydantic import Field
+
+import journal
+from journal.adapters.adk import JournalPlugin, JournalSessionService, arepair, journal_session_id, repair
+from journal.adapters.adk_events import ADK_EVENT, restore
+from journal.testing import Ledger
+
+warnings.filterwarnings("ignore", message=r".*\[EXPERIMENTAL\]")
+
+APP, USER = "shop", "ada"
+FIRST, SECOND = "Pay the 42 euro invoice.", "Did the payment go through?"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the journal is: a file, or a DSN naming a fresh PostgreSQL schema."""
+    if request.param == "postgresql":
+        return str(request.getfixturevalue("pg_dsn"))
+    return str(tmp_path / "j.db")
+
+
+# -- an offline model and a cashier -----------------------------------------------------------------
+
+
+class Cashier(BaseLlm):
+    """A scripted model: asked with a user's text and no answered ``pay`` call in the request (or
+    with a new text naming a "new invoice"), it calls ``pay`` (``pay-<n>`` for the n-th user
+    text); otherwise it answers in text, quoting the
+    last payment's answer. Every request is kept in ``requests``."""
+
+    model: str = "scripted-cashier"
+    requests: list[list[types.Content]] = Field(default_factory=list)
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        contents = list(llm_request.contents)
+        self.requests.append(contents)
+        answers = [p.function_response for c in contents for p in c.parts or [] if p.function_response]
+        texts = [p.text for c in contents if c.role == "user" for p in c.parts or [] if p.text]
+        users = len(texts)
+        if not answers or ("new invoice" in texts[-1] and contents[-1].role == "user" and contents[-1].parts[0].text):
+            call = types.FunctionCall(id=f"pay-{users}", name="pay", args={"cents": 4200})
+            yield LlmResponse(content=types.Content(role="model", parts=[types.Part(function_call=call)]))
+            return
+        said = str((answers[-1].response or {}).get("result", answers[-1].response))
+        yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text=f"Not paying again: {said}")]))
+
+
+def cashier_agent(ledger: Ledger, model: Cashier, *, kill: Any = None) -> LlmAgent:
+    def pay(cents: int) -> str:
+        """Pay an amount in cents."""
+        if kill is not None:
+            kill("before_effect")
+        ledger.record(call="pay", cents=cents)
+        if kill is not None:
+            kill("after_effect")
+        return f"paid {cents} cents"
+
+    return LlmAgent(name="cashier", model=model, instruction="Pay the invoice once.", tools=[pay])
+
+
+def make_app(agent: LlmAgent, plugins: list[Any], *, resumable: bool = False) -> App:
+    config = ResumabilityConfig(is_resumable=True) if resumable else None
+    return App(name=APP, root_agent=agent, plugins=plugins, resumability_config=config)
+
+
+async def run(runner: Runner, session_id: str, text: str | None, *, invocation_id: str | None = None) -> list[AdkEvent]:
+    message = None if text is None else types.Content(role="user", parts=[types.Part(text=text)])
+    out = []
+    async for event in runner.run_async(
+        user_id=USER, session_id=session_id, new_message=message, invocation_id=invocation_id
+    ):
+        out.append(event)
+    return out
+
+
+def orphans(contents: list[types.Content]) -> list[str]:
+    """Function calls in a model request not answered by the content right after them."""
+    out = []
+    for index, content in enumerate(contents):
+        calls = [p.function_call.id for p in content.parts or [] if p.function_call]
+        if not calls:
+            continue
+        after = contents[index + 1] if index + 1 < len(contents) else None
+        answered = {p.function_response.id for p in (after.parts or [] if after else []) if p.function_response}
+        out.extend(c for c in calls if c not in answered)
+    return out
+
+
+def answers_in(events: list[AdkEvent]) -> dict[str, Any]:
+    return {r.id: r.response for e in events for r in e.get_function_responses()}
+
+
+# -- the service alone -------------------------------------------------------------------------------
+
+
+def test_events_are_stored_verbatim_and_as_typed_events_in_one_transaction(target: str, tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+
+    async def go() -> tuple[list[AdkEvent], list[AdkEvent]]:
+        service = JournalSessionService(target)
+        runner = Runner(
+            app=make_app(cashier_agent(ledger, Cashier()), [JournalPlugin(service)]), session_service=service
+        )
+        session = await service.create_session(app_name=APP, user_id=USER, session_id="s1")
+        produced = await run(runner, session.id, FIRST)
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="s1")
+        await service.close()
+        assert got is not None
+        return produced, got.events
+
+    produced, stored = asyncio.run(go())
+    assert ledger.count(call="pay") == 1
+    assert [e.model_dump() for e in stored[1:]] == [e.model_dump() for e in produced if not e.partial]
+    with journal.open(target) as j:
+        sid = journal_session_id(APP, USER, "s1")
+        raw = j.events(sid, types=[ADK_EVENT])
+        assert [restore(e.data) for e in raw] == stored  # the round trip is deep-equal
+        kinds = [e.type for e in j.events(sid) if not e.type.startswith("x.")]
+        assert kinds == [
+            "user_message",
+            "turn_start",
+            "step_start",
+            "assistant_message",
+            "tool_call",
+            "tool_result",
+            "step_end",
+            "step_start",
+            "assistant_message",
+            "step_end",
+            "turn_end",
+        ]
+        (call,) = [e for e in j.events(sid) if e.type == "assistant_message" and e.data.get("tool_calls")]
+        assert call.data["tool_calls"] == [{"id": "pay-1", "name": "pay", "arguments": {"cents": 4200}}]
+        assert j.scan().clean and j.check() == []
+        assert not any(e.type == "tool_result_late" for e in j.events(sid))  # the event's copy is the same result
+
+
+def test_state_scopes_app_shared_user_shared_temp_never_stored(target: str) -> None:
+    async def go() -> None:
+        service = JournalSessionService(target)
+        s1 = await service.create_session(
+            app_name=APP, user_id="u1", session_id="a", state={"app:tier": "gold", "user:lang": "fr", "n": 1}
+        )
+        assert s1.state == {"app:tier": "gold", "user:lang": "fr", "n": 1}
+        delta = {"app:count": 2, "user:seen": True, "n": 5, "temp:scratch": "x"}
+        event = AdkEvent(invocation_id="i1", author="user", actions=EventActions(state_delta=delta))
+        await service.append_event(s1, event)
+        assert s1.state["temp:scratch"] == "x"  # the live session sees temp: for its invocation
+        assert "temp:scratch" not in event.actions.state_delta  # and it is not stored
+        again = await service.get_session(app_name=APP, user_id="u1", session_id="a")
+        assert again is not None
+        assert again.state == {"app:tier": "gold", "app:count": 2, "user:lang": "fr", "user:seen": True, "n": 5}
+        other_user = await service.create_session(app_name=APP, user_id="u2", session_id="b")
+        assert other_user.state == {"app:tier": "gold", "app:count": 2}  # app: shared by the app's users
+        same_user = await service.create_session(app_name=APP, user_id="u1", session_id="c")
+        assert same_user.state == {"app:tier": "gold", "app:count": 2, "user:lang": "fr", "user:seen": True}
+        assert await service.get_user_state(app_name=APP, user_id="u1") == {"lang": "fr", "seen": True}
+        other_app = await service.create_session(app_name="other", user_id="u1", session_id="a")
+        assert other_app.state == {}
+        await service.close()
+
+    asyncio.run(go())
+
+
+def test_filters_listing_delete_and_errors(target: str) -> None:
+    from google.adk.errors._stale_session_error import StaleSessionError
+    from google.adk.errors.session_not_found_error import SessionNotFoundError
+
+    async def go() -> None:
+        service = JournalSessionService(target)
+        session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        for i in range(5):
+            await service.append_event(session, AdkEvent(invocation_id="i", author="user", timestamp=100.0 + i))
+        got = await service.get_session(
+            app_name=APP, user_id=USER, session_id="s", config=GetSessionConfig(num_recent_events=2)
+        )
+        assert got is not None and [e.timestamp for e in got.events] == [103.0, 104.0]
+        got = await service.get_session(
+            app_name=APP, user_id=USER, session_id="s", config=GetSessionConfig(after_timestamp=102.5)
+        )
+        assert got is not None and [e.timestamp for e in got.events] == [103.0, 104.0]
+        with pytest.raises(AlreadyExistsError):
+            await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        stale = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert stale is not None
+        await service.append_event(session, AdkEvent(invocation_id="i", author="user", timestamp=200.0))
+        with pytest.raises(StaleSessionError):
+            await service.append_event(stale, AdkEvent(invocation_id="i", author="user", timestamp=201.0))
+        await service.create_session(app_name=APP, user_id="bob", session_id="t")
+        assert [s.id for s in (await service.list_sessions(app_name=APP, user_id=USER)).sessions] == ["s"]
+        assert sorted(s.id for s in (await service.list_sessions(app_name=APP)).sessions) == ["s", "t"]
+        await service.delete_session(app_name=APP, user_id=USER, session_id="s")
+        assert await service.get_session(app_name=APP, user_id=USER, session_id="s") is None
+        with pytest.raises(SessionNotFoundError):
+            await service.append_event(session, AdkEvent(invocation_id="i", author="user", timestamp=300.0))
+        with pytest.raises(journal.InvalidArgument):
+            await service.create_session(app_name="", user_id=USER)
+        await service.close()
+
+    asyncio.run(go())
+
+
+# -- the plugin ---------------------------------------------------------------------------------------
+
+
+def test_g6_the_dispatch_is_committed_before_the_tool_runs_and_a_failed_dispatch_keeps_it_from_running(
+    target: str, tmp_path: Path
+) -> None:
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    seen: list[list[str]] = []
+
+    async def go() -> None:
+        with journal.open(target) as j:
+            service = JournalSessionService(j)
+            sid = journal_session_id(APP, USER, "s")
+
+            def pay(cents: int) -> str:
+                """Pay an amount in cents."""
+                # Read from another connection: the dispatch is durable before the tool body.
+                with journal.open(target) as other:
+                    seen.append([e.type for e in other.events(sid) if e.type == "tool_call"])
+                ledger.record(call="pay", cents=cents)
+                return "paid"
+
+            agent = LlmAgent(name="cashier", model=Cashier(), tools=[pay])
+            runner = Runner(app=make_app(agent, [JournalPlugin(service)]), session_service=service)
+            await service.create_session(app_name=APP, user_id=USER, session_id="s")
+            await run(runner, "s", FIRST)
+
+            # A dispatch that cannot be written: the tool must not run.
+            original = service._call
+
+            async def failing(method: str, /, *args: Any, **kwargs: Any) -> Any:
+                if method == "dispatch":
+                    raise journal.JournalBusy(0)
+                return await original(method, *args, **kwargs)
+
+            service._call = failing  # type: ignore[assignment]
+            with pytest.raises(RuntimeError, match="before_tool_callback"):
+                await run(runner, "s", "pay again, please: a new invoice")
+
+    asyncio.run(go())
+    assert seen == [["tool_call"]]
+    assert ledger.count(call="pay") == 1
+
+
+# -- one recovery ---------------------------------------------------------------------------------------
+
+
+def die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def killed_run(target: str, ledger: Ledger, point: str, *, resumable: bool = True, session_id: str = "s") -> str:
+    """Run the cashier in a forked child (the test process's imports) that SIGKILLs itself at
+    ``point``: ``before_effect`` / ``after_effect`` inside the tool, ``after_result`` once the
+    plugin stored the result, ``between_turns`` after the run. Returns the journal session id."""
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+
+            def kill(here: str) -> None:
+                if here == point:
+                    die()
+
+            class DieAfterTheResult(JournalPlugin):
+                async def after_tool_callback(self, **kwargs: Any) -> None:
+                    await super().after_tool_callback(**kwargs)
+                    die()  # the result is recorded; ADK never appended its function response
+
+            async def child() -> None:
+                service = JournalSessionService(target)
+                plugin = DieAfterTheResult(service) if point == "after_result" else JournalPlugin(service)
+                agent = cashier_agent(ledger, Cashier(), kill=kill)
+                runner = Runner(app=make_app(agent, [plugin], resumable=resumable), session_service=service)
+                await service.create_session(app_name=APP, user_id=USER, session_id=session_id)
+                await run(runner, session_id, FIRST)
+
+            asyncio.run(child())
+            if point == "between_turns":
+                die()
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+    return journal_session_id(APP, USER, session_id)
+
+
+@pytest.mark.parametrize("how", ["recover", "cli", "repair", "arepair", "reconcile", "get_session"])
+def test_g9_whichever_recovery_ran_get_session_shows_the_call_answered_right_after_it(
+    target: str, tmp_path: Path, how: str
+) -> None:
+    from click.testing import CliRunner
+
+    from journal.cli.app import main as journal_cli
+
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    killed_run(target, ledger, "after_effect")
+    with journal.open(target) as j:
+        if how == "recover":
+            j.recover()
+        elif how == "reconcile":
+            j.reconcile()
+            j.recover()  # these turns had no submission: reconcile leaves them to recovery
+        elif how == "cli":
+            done = CliRunner().invoke(journal_cli, ["recover", "--db", target])
+            assert done.exit_code == 0, done.output
+        elif how == "repair":
+            fixed = repair(JournalSessionService(j), app_name=APP, user_id=USER, session_id="s")
+            assert [e.type for e in fixed.recovered] == ["tool_result", "turn_end"] and fixed.unanswered == ()
+
+    async def read() -> list[AdkEvent]:
+        service = JournalSessionService(target)
+        if how == "arepair":
+            fixed = await arepair(service, app_name=APP, user_id=USER, session_id="s")
+            assert [e.type for e in fixed.recovered] == ["tool_result", "turn_end"]
+            assert (await arepair(service, app_name=APP, user_id=USER, session_id="s")).recovered == ()
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        await service.close()
+        assert got is not None
+        return got.events
+
+    events = asyncio.run(read())
+    kinds = [
+        ("call" if e.get_function_calls() else "answer" if e.get_function_responses() else e.author) for e in events
+    ]
+    assert kinds == ["user", "call", "answer"]
+    text = answers_in(events)["pay-1"]["result"]
+    assert "MAY have run" in text and "verify before retrying" in text
+    with journal.open(target) as j:
+        assert j.scan().clean and all(not r.appended for r in j.recover())  # recovery ran once
+
+
+def test_a_resumed_invocation_does_not_rerun_a_dispatched_call(target: str, tmp_path: Path) -> None:
+    """A resumable app's ``run_async(invocation_id=...)`` re-runs a call it sees unanswered; with
+    the journal the call is answered (the recovery's answer, projected) and ``pay`` is not run."""
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    sid = killed_run(target, ledger, "before_effect")
+    with journal.open(target) as j:
+        invocation = restore(j.events(sid, types=[ADK_EVENT])[0].data).invocation_id
+
+    async def resume() -> Cashier:
+        service = JournalSessionService(target)
+        model = Cashier()
+        model.requests = []
+        runner = Runner(
+            app=make_app(cashier_agent(ledger, model), [JournalPlugin(service)], resumable=True),
+            session_service=service,
+        )
+        await run(runner, "s", None, invocation_id=invocation)
+        await service.close()
+        return model
+
+    model = asyncio.run(resume())
+    assert ledger.count(call="pay") == 0
+    assert model.requests and all(orphans(r) == [] for r in model.requests)
+
+
+def test_a_service_on_an_async_journal_runs_and_recovers(target: str, tmp_path: Path) -> None:
+    """A ``JournalSessionService`` sharing an open ``AsyncJournal``: after a kill the next run
+    alone answers the call (recovered through the async face) and does not pay again."""
+    import journal.aio
+
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    killed_run(target, ledger, "after_effect")
+
+    async def restart() -> tuple[Cashier, list[AdkEvent]]:
+        async with journal.aio.open(target) as aj:
+            service = JournalSessionService(aj)
+            model = Cashier()
+            runner = Runner(
+                app=make_app(cashier_agent(ledger, model), [JournalPlugin(service)]), session_service=service
+            )
+            await run(runner, "s", SECOND)
+            got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+            assert got is not None
+            with pytest.raises(journal.WrongLoop):
+                repair(service, app_name=APP, user_id=USER, session_id="s")
+            return model, got.events
+
+    model, events = asyncio.run(restart())
+    assert ledger.count(call="pay") == 1
+    assert model.requests and all(orphans(r) == [] for r in model.requests)
+    assert "MAY have run" in answers_in(events)["pay-1"]["result"]
