@@ -371,8 +371,8 @@ class Log:
             plain = not any(k is not None or t in _GUARDED for t, _, k in encoded)
             if plain:
                 try:
-                    db.executemany(
-                        _INSERT, [(session_id, first + i, t, text, time_ms) for i, (t, text, _) in enumerate(encoded)]
+                    db.insert_events(
+                        [(session_id, first + i, t, text, time_ms) for i, (t, text, _) in enumerate(encoded)]
                     )
                 except SchemaViolation as exc:
                     raise SchemaViolation("append_many", exc.detail) from exc

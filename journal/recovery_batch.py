@@ -4,7 +4,7 @@ The common case is a session that is not a fork, with one open turn and nothing 
 each call it owes first seen in one of its assistant messages. For those sessions one statement
 (the store's ``sql.open_work``) reads the whole batch's open work from the derived tables and
 the open turns' own events, the risks follow from it without reading the log (DESIGN §7(2)), and
-one ``executemany`` appends every session's synthetic results and ``turn_end``; the schema's
+one ``insert_events`` appends every session's synthetic results and ``turn_end``; the schema's
 triggers keep the turn journal and the tool-call states exactly as for any other append.
 
 The pure planner (``journal.pure.plan``) stays the oracle and the path for everything else, which
@@ -14,9 +14,10 @@ that owes calls, recorded no dispatch and closed a step (rule 3 needs where each
 closed), an event too large for the journal's limit, and sessions with no open turn (purged,
 unknown, or repaired since the scan). Both backends have the statement, each in its own
 dialect (``journal.store.sqlite_sql``, ``journal.store.postgres_sql``); a backend without it
-(``sql.open_work`` is ``None``) would hand back every session. On PostgreSQL the ``executemany``
-is psycopg's, pipelined: one round trip for the whole batch's rows, under one savepoint (not one
-per row), in the transaction that took the journal's advisory lock with its ``BEGIN``.
+(``sql.open_work`` is ``None``) would hand back every session. On PostgreSQL ``insert_events``
+is one ``INSERT`` of the batch's rows as arrays: one round trip and one execution (not one per
+row), under one savepoint, in the transaction that took the journal's advisory lock with its
+``BEGIN``; on SQLite it is the prepared ``INSERT`` run per row.
 
 Run inside the caller's write transaction: the plan is made from what that transaction sees, so
 racing recoverers make one repair (G8).
@@ -35,7 +36,6 @@ from journal.store import Database
 
 __all__ = ["recover_common_txn"]
 
-_INSERT = "INSERT INTO events (session_id, seq, type, data, time_ms) VALUES (?, ?, ?, ?, ?)"
 _RESULT = EventType.TOOL_RESULT.value
 _TURN_END = EventType.TURN_END.value
 _INTERRUPTED = TurnEndReason.INTERRUPTED.value
@@ -93,7 +93,7 @@ def recover_common_txn(
         else:
             appended[sid] = events
     if rows:
-        db.executemany(_INSERT, rows)
+        db.insert_events(rows)
         for sid, events in appended.items():
             db.next_seqs[sid] = events[-1].seq + 1
     return appended, [sid for sid in session_ids if sid not in appended]

@@ -24,6 +24,11 @@ from journal.errors import InvalidArgument, JournalError, JournalIOError, Schema
 from journal.model import Durability, WriteOutcome
 from journal.store.statements import Statements
 
+# An event row as the log stores it: (session, seq, type, data text, time_ms).
+EventRow = tuple[str, int, str, str, int]
+# The one insert of an event row whose text both backends share (the parts' single appends).
+INSERT_EVENT = "INSERT INTO events (session_id, seq, type, data, time_ms) VALUES (?, ?, ?, ?, ?)"
+
 
 class UniqueViolation(SchemaViolation):
     """A statement hit a unique or primary key: the first write won (callers re-read it)."""
@@ -47,6 +52,13 @@ class Database(Protocol):
 
     def execute(self, sql: str, bindings: Any = None) -> Iterable[tuple[Any, ...]]: ...
     def executemany(self, sql: str, rows: Any) -> Any: ...
+    def insert_events(self, rows: Sequence[EventRow]) -> None:
+        """Append these events, in order: each row ``(session, seq, type, data text, time_ms)``.
+        In one statement where that is the backend's fastest way (PostgreSQL: one ``INSERT``
+        of arrays, one execution for the batch); SQLite runs its one prepared ``INSERT`` per
+        row, which is as fast there. The schema's triggers see each row as for any insert."""
+        ...
+
     def one(self, sql: str, bindings: Any = None) -> tuple[Any, ...] | None: ...
     def value(self, sql: str, bindings: Any = None) -> Any: ...
     def changes(self) -> int: ...

@@ -50,10 +50,10 @@ from journal.errors import (
     SchemaViolation,
 )
 from journal.model import Durability, WriteOutcome
-from journal.store.base import SavepointBatch, Transactions, UniqueViolation, lone_surrogate
+from journal.store.base import EventRow, SavepointBatch, Transactions, UniqueViolation, lone_surrogate
+from journal.store.postgres_sql import INSERT_EVENTS, STATEMENTS
 from journal.store.postgres_sql import PREVIEWS_AT_SQL as PREVIEWS_AT_SQL  # (where they were: tests name them here)
 from journal.store.postgres_sql import PREVIEWS_SQL as PREVIEWS_SQL
-from journal.store.postgres_sql import STATEMENTS
 from journal.store.target import redact, secrets
 
 APPLICATION = "journal"
@@ -323,6 +323,12 @@ class PgDatabase:
             conn.execute("RELEASE statement")
         self._cursor = cursor
         return cursor
+
+    def insert_events(self, rows: Sequence[EventRow]) -> None:
+        """One ``INSERT`` of the rows as five arrays (``INSERT_EVENTS``): one execution for the
+        batch, under one savepoint, where ``executemany`` executes, and plans, once per row."""
+        if rows:
+            self.execute(INSERT_EVENTS, [list(column) for column in zip(*rows, strict=True)])
 
     def _undo(self) -> None:
         """Undo what the statement did: the server's refusal left the transaction in error; a

@@ -188,3 +188,12 @@ STATEMENTS = Statements(
         "SELECT count(*) FROM events WHERE session_id = ? AND (strpos(data, '\"surface_op\"') > 0 OR type = 'retract')"
     ),
 )
+
+# A batch of event rows in one statement (``PgDatabase.insert_events``): the columns as arrays,
+# inserted in the batch's order (the schema's trigger checks each seq against the row before it).
+INSERT_EVENTS = (
+    "INSERT INTO events (session_id, seq, type, data, time_ms) "
+    "SELECT r.session_id, r.seq, r.type, r.data, r.time_ms "
+    "FROM unnest(?::text[], ?::bigint[], ?::text[], ?::text[], ?::bigint[]) "
+    "WITH ORDINALITY AS r (session_id, seq, type, data, time_ms, n) ORDER BY r.n"
+)

@@ -36,7 +36,14 @@ from journal.errors import (
 )
 from journal.model import Durability, WriteOutcome
 from journal.store import header as _header
-from journal.store.base import SavepointBatch, Transactions, UniqueViolation, lone_surrogate
+from journal.store.base import (
+    INSERT_EVENT,
+    EventRow,
+    SavepointBatch,
+    Transactions,
+    UniqueViolation,
+    lone_surrogate,
+)
 from journal.store.sqlite_sql import OPEN_WORK_SQL as OPEN_WORK_SQL  # (where they were: tests name them here)
 from journal.store.sqlite_sql import PREVIEWS_AT_SQL as PREVIEWS_AT_SQL
 from journal.store.sqlite_sql import PREVIEWS_SQL as PREVIEWS_SQL
@@ -293,6 +300,10 @@ class SqliteDatabase:
             return self._conn.executemany(sql, rows)
         except apsw.ConstraintError as exc:
             raise _refused(exc, "the statement") from exc
+
+    def insert_events(self, rows: Sequence[EventRow]) -> None:
+        if rows:
+            self.executemany(INSERT_EVENT, rows)
 
     def one(self, sql: str, bindings: Any = None) -> tuple[Any, ...] | None:
         """The first row, or ``None``."""
