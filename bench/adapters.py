@@ -21,6 +21,8 @@ rounds and the bytes on disk (database + WAL, after a checkpoint) at the end.
   the bytes a run adds beyond an empty journal, at several lengths (``PYTHONPATH=.``):
   ``python -c "import sys; sys.path.insert(0, 'bench'); import adapters; adapters.claude_added()"``;
   ``adapters.openai_added()`` does the same for openai-agents against ``SQLiteSession``.
+- pydantic-ai: ``bench/adapters_pydantic_ai.py``, ``JournalAgent`` against pydantic-ai's
+  ``ConversationStore`` on SQLite (written there: pydantic-ai ships an in-memory one only).
 - Google ADK: ``bench/adapters_adk.py`` (its own script: ADK's runner is an asyncio app of its
   own), ``JournalSessionService`` with ``JournalPlugin`` against ``DatabaseSessionService``.
 """

@@ -18,6 +18,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
         ("claude_store.py", "clean: no unfinished work"),
         ("openai_agents_bot.py", "(B-2 once)"),
         ("adk_agent.py", "(B-2 once)"),
+        ("pydantic_ai_agent.py", "(B-2 once)"),
     ],
 )
 def test_an_example_runs_offline_and_shows_its_point(tmp_path: Path, script: str, expected: str) -> None:

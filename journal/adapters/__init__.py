@@ -4,6 +4,8 @@
   (extra ``agent-journal[openai-agents]``);
 - ``journal.adapters.langgraph``: a ``BaseCheckpointSaver`` for LangGraph (``[langgraph]``);
 - ``journal.adapters.claude``: a ``SessionStore`` for the Claude Agent SDK (``[claude]``);
+- ``journal.adapters.pydantic_ai``: a durability capability, a ``ConversationStore`` and ``JournalAgent``
+  for pydantic-ai (``[pydantic-ai]``);
 - ``journal.adapters.adk``: a ``BaseSessionService`` and a ``BasePlugin`` for Google ADK (``[adk]``).
 
 Each stores the framework's own payload verbatim as ``x.<framework>.*`` events (it round-trips
