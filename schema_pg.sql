@@ -245,8 +245,12 @@ BEGIN
        AND NEW.seq IS DISTINCT FROM (SELECT seed_length FROM sessions WHERE id = NEW.session_id) THEN
         RAISE EXCEPTION 'journal: seq must continue the session contiguously' USING ERRCODE = 'JR001';
     END IF;
-    IF NEW.type IN ('turn_start', 'turn_end', 'step_start', 'step_end', 'tool_call', 'tool_result', 'operator_resolution')
-       OR (NEW.type = 'assistant_message' AND strpos(NEW.data, '"tool_calls"') > 0) THEN
+    -- journal.derived = 'statement' (SET LOCAL by the store around one INSERT of recovery's
+    -- repairs: PgDatabase.insert_repairs) says the statements after that INSERT write the derived
+    -- state of its rows, set-based, in the same savepoint; no other write sets it.
+    IF (NEW.type IN ('turn_start', 'turn_end', 'step_start', 'step_end', 'tool_call', 'tool_result', 'operator_resolution')
+        OR (NEW.type = 'assistant_message' AND strpos(NEW.data, '"tool_calls"') > 0))
+       AND current_setting('journal.derived', true) IS DISTINCT FROM 'statement' THEN
         PERFORM journal_events_derived(NEW.session_id, NEW.seq, NEW.type, NEW.data::json, NEW.time_ms);
     END IF;
     IF strpos(NEW.data, '"surface_op"') > 0 OR NEW.type = 'retract' THEN

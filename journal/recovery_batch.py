@@ -4,8 +4,9 @@ The common case is a session that is not a fork, with one open turn and nothing 
 each call it owes first seen in one of its assistant messages. For those sessions one statement
 (the store's ``sql.open_work``) reads the whole batch's open work from the derived tables and
 the open turns' own events, the risks follow from it without reading the log (DESIGN §7(2)), and
-one ``insert_events`` appends every session's synthetic results and ``turn_end``; the schema's
-triggers keep the turn journal and the tool-call states exactly as for any other append.
+one ``insert_repairs`` appends every session's synthetic results and ``turn_end``, the turn
+journal and the tool-call states kept exactly as for any other append (by the schema's triggers
+on SQLite; on PostgreSQL by one statement each for the batch, the row trigger's part off).
 
 The pure planner (``journal.pure.plan``) stays the oracle and the path for everything else, which
 this module hands back to the caller: forks (calls inherited through the parent), nested or
@@ -14,10 +15,11 @@ that owes calls, recorded no dispatch and closed a step (rule 3 needs where each
 closed), an event too large for the journal's limit, and sessions with no open turn (purged,
 unknown, or repaired since the scan). Both backends have the statement, each in its own
 dialect (``journal.store.sqlite_sql``, ``journal.store.postgres_sql``); a backend without it
-(``sql.open_work`` is ``None``) would hand back every session. On PostgreSQL ``insert_events``
-is one ``INSERT`` of the batch's rows as arrays: one round trip and one execution (not one per
-row), under one savepoint, in the transaction that took the journal's advisory lock with its
-``BEGIN``; on SQLite it is the prepared ``INSERT`` run per row.
+(``sql.open_work`` is ``None``) would hand back every session. On PostgreSQL ``insert_repairs``
+is one round trip: one ``INSERT`` of the batch's rows as arrays and the derived state's two
+statements (not a statement and a PL/pgSQL call per row), under one savepoint, in the
+transaction that took the journal's advisory lock with its ``BEGIN``; on SQLite it is the
+prepared ``INSERT`` run per row, the triggers keeping the rest.
 
 Run inside the caller's write transaction: the plan is made from what that transaction sees, so
 racing recoverers make one repair (G8).
@@ -93,7 +95,15 @@ def recover_common_txn(
         else:
             appended[sid] = events
     if rows:
-        db.insert_events(rows)
+        results: list[tuple[str, str, str, int]] = []
+        ends: list[tuple[str, int, int, str]] = []
+        for sid, events in appended.items():
+            for event in events:
+                if event.type == _RESULT:
+                    results.append((sid, event.data["tool_call_id"], event.data["name"], event.seq))
+                else:
+                    ends.append((sid, turns[sid][0], event.seq, _INTERRUPTED))
+        db.insert_repairs(rows, results, ends)
         for sid, events in appended.items():
             db.next_seqs[sid] = events[-1].seq + 1
     return appended, [sid for sid in session_ids if sid not in appended]

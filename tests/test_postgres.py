@@ -436,3 +436,49 @@ def test_a_version_6_schema_made_before_the_meta_digests_is_read_as_it_is_and_up
         assert raw.execute(
             "SELECT to_regclass('session_meta_pkey') IS NULL, to_regclass('session_meta_match') IS NOT NULL"
         ) == [(True, True)]
+
+
+CURRENT_TRIGGER = (
+    "SELECT prosrc LIKE '%current_setting(''journal.derived''%' FROM pg_proc "
+    "WHERE proname = 'journal_events_insert' AND pronamespace = current_schema()::regnamespace"
+)
+
+
+def test_a_row_trigger_older_than_derived_by_statement_is_upgraded_by_a_write_open_and_recovery_writes_state_once(
+    pg_dsn: str,
+) -> None:
+    from journal.store.postgres import _trigger_upgrade
+
+    journal.open(pg_dsn).close()
+    old = _trigger_upgrade().replace(
+        "\n       AND current_setting('journal.derived', true) IS DISTINCT FROM 'statement' THEN", " THEN"
+    )
+    assert "current_setting('journal.derived'" not in old
+    with Raw(pg_dsn) as raw:  # the function as schema_pg.sql made it until now
+        raw.execute(old)
+        assert raw.execute(CURRENT_TRIGGER) == [(False,)]
+    with journal.open(pg_dsn) as j:
+        for n in range(3):
+            sid = f"s{n}"
+            j.create_session(sid)
+            call = {"id": f"c{n}", "name": "pay", "arguments": {}}
+            j.append_many(
+                sid,
+                [
+                    ("user_message", {"content": "pay"}),
+                    ("turn_start", {"turn": 1}),
+                    ("step_start", {"turn": 1, "step": 1}),
+                    ("assistant_message", {"content": "", "tool_calls": [call], "stop_reason": "tool_use"}),
+                    ("tool_call", {"id": call["id"], "name": "pay"}),
+                ],
+            )
+        (result,) = [r for r in j.recover() if r.session_id == "s0"]
+        assert [e.type for e in result.appended] == ["tool_result", "turn_end"]
+        assert j.scan().clean
+        assert j.check() == []  # the derived state recomputed from the log: written once, not twice
+    with Raw(pg_dsn) as raw:
+        assert raw.execute("SELECT DISTINCT revision, phase, end_reason FROM turn_journal") == [
+            (3, "committed", "interrupted")  # step_start, the request, the turn_end: once each
+        ]
+        assert raw.execute("SELECT DISTINCT state FROM tool_calls") == [("resolved",)]
+        assert raw.execute(CURRENT_TRIGGER) == [(True,)]

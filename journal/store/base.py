@@ -26,6 +26,10 @@ from journal.store.statements import Statements
 
 # An event row as the log stores it: (session, seq, type, data text, time_ms).
 EventRow = tuple[str, int, str, str, int]
+# What recovery's repairs make of the derived state: a call resolved by the result at seq
+# (session, call, name, seq); a turn closed by its turn_end (session, turn start, seq, reason).
+ResultRow = tuple[str, str, str, int]
+EndRow = tuple[str, int, int, str]
 # The one insert of an event row whose text both backends share (the parts' single appends).
 INSERT_EVENT = "INSERT INTO events (session_id, seq, type, data, time_ms) VALUES (?, ?, ?, ?, ?)"
 
@@ -57,6 +61,13 @@ class Database(Protocol):
         In one statement where that is the backend's fastest way (PostgreSQL: one ``INSERT``
         of arrays, one execution for the batch); SQLite runs its one prepared ``INSERT`` per
         row, which is as fast there. The schema's triggers see each row as for any insert."""
+        ...
+
+    def insert_repairs(self, rows: Sequence[EventRow], results: Sequence[ResultRow], ends: Sequence[EndRow]) -> None:
+        """Append recovery's repairs (``rows``: synthetic ``tool_result``s and ``turn_end``s, and
+        nothing else), whose derived state is exactly ``results`` and ``ends``: the calls they
+        resolve and the turns they close. SQLite's triggers keep it row by row, as for any
+        insert; PostgreSQL writes it for the whole batch in one statement each."""
         ...
 
     def one(self, sql: str, bindings: Any = None) -> tuple[Any, ...] | None: ...

@@ -50,8 +50,16 @@ from journal.errors import (
     SchemaViolation,
 )
 from journal.model import Durability, WriteOutcome
-from journal.store.base import EventRow, SavepointBatch, Transactions, UniqueViolation, lone_surrogate
-from journal.store.postgres_sql import INSERT_EVENTS, STATEMENTS
+from journal.store.base import (
+    EndRow,
+    EventRow,
+    ResultRow,
+    SavepointBatch,
+    Transactions,
+    UniqueViolation,
+    lone_surrogate,
+)
+from journal.store.postgres_sql import INSERT_EVENTS, INSERT_REPAIRS, STATEMENTS
 from journal.store.postgres_sql import PREVIEWS_AT_SQL as PREVIEWS_AT_SQL  # (where they were: tests name them here)
 from journal.store.postgres_sql import PREVIEWS_SQL as PREVIEWS_SQL
 from journal.store.target import redact, secrets
@@ -253,6 +261,24 @@ ALTER TABLE session_meta DROP CONSTRAINT IF EXISTS session_meta_pkey;
 CREATE INDEX IF NOT EXISTS session_meta_match ON session_meta (md5(key), type, md5(value));
 CREATE INDEX IF NOT EXISTS session_meta_session ON session_meta (session_id);
 """
+# A schema_pg.sql of version 7 made before recovery wrote its derived state by statement: its
+# row trigger keeps it always (recovery's statements then find it written and change nothing:
+# right, but the per-row cost stays). _trigger_upgrade replaces the trigger's function with
+# today's (the same version: tables and rows unchanged).
+_TRIGGER_CURRENT = (
+    "SELECT coalesce(bool_and(prosrc LIKE '%current_setting(''journal.derived''%'), false) FROM pg_proc "
+    "WHERE proname = 'journal_events_insert' AND pronamespace = current_schema()::regnamespace"
+)
+
+
+def _trigger_upgrade() -> str:
+    """``CREATE OR REPLACE`` of ``journal_events_insert`` as schema_pg.sql defines it."""
+    text = schema_sql()
+    start = text.index("CREATE FUNCTION journal_events_insert()")
+    end = text.index("END $$;", start) + len("END $$;")
+    return "CREATE OR REPLACE" + text[start + len("CREATE") : end]
+
+
 # Each migration takes a schema from its version to the next, inside one write transaction (the
 # SQLite file's versions: 7 names the submission order ``ordinal``; state values were bytes here
 # already).
@@ -329,6 +355,16 @@ class PgDatabase:
         batch, under one savepoint, where ``executemany`` executes, and plans, once per row."""
         if rows:
             self.execute(INSERT_EVENTS, [list(column) for column in zip(*rows, strict=True)])
+
+    def insert_repairs(self, rows: Sequence[EventRow], results: Sequence[ResultRow], ends: Sequence[EndRow]) -> None:
+        """Recovery's rows and, set-based, the derived state they make (``INSERT_REPAIRS``):
+        one round trip and four statements for the batch, under one savepoint."""
+        if not rows:
+            return
+        columns = [list(c) for c in zip(*rows, strict=True)]
+        found = [list(c) for c in zip(*results, strict=True)] if results else [[], [], [], []]
+        closed = [list(c) for c in zip(*ends, strict=True)] if ends else [[], [], [], []]
+        self.execute(INSERT_REPAIRS, [*columns, *found, *closed])
 
     def _undo(self) -> None:
         """Undo what the statement did: the server's refusal left the transaction in error; a
@@ -507,17 +543,22 @@ class PostgresStore(Transactions[psycopg.Connection, PgDatabase]):
                 conn.execute("UPDATE journal_meta SET schema_version = %s", (version,))
 
     def _upgrade(self, conn: psycopg.Connection) -> None:
-        """Bring a version-6 schema made before session_meta's index held digests up to date (the
-        same version: its tables and rows are unchanged). A read-only open reads the old one as
+        """Bring a version-6 schema made before session_meta's index held digests, and a schema
+        whose row trigger predates ``journal.derived``, up to date (the same version: its tables
+        and rows are unchanged). A read-only open reads the old one as
         it is (the lookup is the same, without the index)."""
         try:
             (current,) = _row(conn.execute(_UPGRADED).fetchone())
+            (trigger,) = _row(conn.execute(_TRIGGER_CURRENT).fetchone())
         except psycopg.Error as exc:
             raise self._translate(exc, "open", outcome=WriteOutcome.ABSENT) from exc
-        if current:
+        if current and trigger:
             return
         with self.write("upgrade_schema"):  # idempotent: another process may be doing it too
-            conn.execute(_UPGRADE)
+            if not current:
+                conn.execute(_UPGRADE)
+            if not trigger:
+                conn.execute(_trigger_upgrade())
 
     # -- transactions: the primitives under journal.store.base.Transactions ----------------------
 

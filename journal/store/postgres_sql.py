@@ -197,3 +197,21 @@ INSERT_EVENTS = (
     "FROM unnest(?::text[], ?::bigint[], ?::text[], ?::text[], ?::bigint[]) "
     "WITH ORDINALITY AS r (session_id, seq, type, data, time_ms, n) ORDER BY r.n"
 )
+
+# Recovery's repairs of a batch of sessions (``PgDatabase.insert_repairs``): the rows in one
+# INSERT with the row trigger's derived state off (``journal.derived``: see schema_pg.sql), then
+# that state written for all of them at once, exactly as the trigger writes it for a
+# ``tool_result`` (the call resolved) and a ``turn_end`` (its turn closed as interrupted): one
+# statement each, not a PL/pgSQL call per row. Bindings: the five event columns, then the
+# results' (session, call, name, seq), then the ends' (session, turn start, seq, reason).
+INSERT_REPAIRS = (
+    "SET LOCAL journal.derived = 'statement'; " + INSERT_EVENTS + "; SET LOCAL journal.derived = ''; "
+    "INSERT INTO tool_calls (session_id, call_id, name, result_seq, state) "
+    "SELECT r.session_id, r.call_id, r.name, r.seq, 'resolved' "
+    "FROM unnest(?::text[], ?::text[], ?::text[], ?::bigint[]) AS r (session_id, call_id, name, seq) "
+    "ON CONFLICT (session_id, call_id) DO UPDATE SET result_seq = excluded.result_seq, state = 'resolved'; "
+    "UPDATE turn_journal AS t SET phase = 'committed', end_seq = u.seq, revision = t.revision + 1, "
+    "step_open = 0, end_reason = u.reason "
+    "FROM unnest(?::text[], ?::bigint[], ?::bigint[], ?::text[]) AS u (session_id, start_seq, seq, reason) "
+    "WHERE t.session_id = u.session_id AND t.start_seq = u.start_seq AND t.end_seq IS NULL"
+)

@@ -38,7 +38,9 @@ from journal.model import Durability, WriteOutcome
 from journal.store import header as _header
 from journal.store.base import (
     INSERT_EVENT,
+    EndRow,
     EventRow,
+    ResultRow,
     SavepointBatch,
     Transactions,
     UniqueViolation,
@@ -304,6 +306,9 @@ class SqliteDatabase:
     def insert_events(self, rows: Sequence[EventRow]) -> None:
         if rows:
             self.executemany(INSERT_EVENT, rows)
+
+    def insert_repairs(self, rows: Sequence[EventRow], results: Sequence[ResultRow], ends: Sequence[EndRow]) -> None:
+        self.insert_events(rows)  # the triggers keep the derived state, row by row
 
     def one(self, sql: str, bindings: Any = None) -> tuple[Any, ...] | None:
         """The first row, or ``None``."""
