@@ -19,6 +19,8 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
         ("openai_agents_bot.py", "(B-2 once)"),
         ("adk_agent.py", "(B-2 once)"),
         ("pydantic_ai_agent.py", "(B-2 once)"),
+        ("replay_plain.py", "replay, one argument changed: diverged at turn 1 step 2"),
+        ("replay_openai_agents.py", "payments made by the replay: 0"),
     ],
 )
 def test_an_example_runs_offline_and_shows_its_point(tmp_path: Path, script: str, expected: str) -> None:

@@ -12,7 +12,7 @@ commands on the group when imported, so there is no import cycle.
 """
 
 # Importing a command module registers its commands on ``main``.
-from journal.cli import demo, log, operator, queue, recovery, serve, sessions, torture, transfer  # noqa: F401
+from journal.cli import demo, log, operator, queue, recovery, replay, serve, sessions, torture, transfer  # noqa: F401
 from journal.cli.app import main
 
 __all__ = ["main"]

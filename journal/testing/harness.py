@@ -34,6 +34,11 @@ With pytest (the ``crash_harness`` fixture comes from ``journal.testing.plugin``
     def test_my_agent_survives_a_kill_at_a_random_moment(crash_harness):
         assert crash_harness.kill_after(0.01, workload="my_agent.testing:run").ok
 
+A recorded session is a workload too (``journal.testing.replay_torture.replay``): the agent that
+made it replays it against the recording's scripted model, its tool calls writing the ledger::
+
+    verdict = crash_harness.kill_at("tool.after_run", workload=replay("case.jsonl", "my_agent:agent"))
+
 Without pytest, ``Harness(directory)`` offers the same methods. ``Harness.points()`` lists the
 crash points a clean run of the workload reaches, to parametrize over all of them.
 
@@ -89,6 +94,9 @@ TIMED_OUT = -1000
 def _workload_name(workload: str | Workload) -> str:
     if isinstance(workload, str):
         return workload
+    child = getattr(workload, "child_name", None)  # a workload object that names its child's entry
+    if isinstance(child, str):
+        return child
     name = f"{workload.__module__}:{workload.__qualname__}"
     if "<" in name or workload.__module__ == "__main__":
         raise ValueError(f"the child cannot import {name}: give the workload as 'module:function'")
@@ -107,7 +115,7 @@ class Harness:
     """
 
     directory: Path = attrs.field(converter=Path)
-    workload: str = WORKLOAD
+    workload: str | Workload = WORKLOAD
     session_id: str = SESSION
     durability: str = "full"
     checkpoint_pages: int | None = None
@@ -162,9 +170,14 @@ class Harness:
         unknown = set(options) - {"workload", "session_id", "durability", "checkpoint_pages", "timeout_s", "expected"}
         if unknown:
             raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
+        workload = options.get("workload", self.workload)
+        _workload_name(workload)  # refused here if the child could not import it
+        # A workload object (``journal.testing.replay_torture.replay``) says its own session.
+        default_session = getattr(workload, "session_id", None) if "session_id" not in options else None
         return {
-            "workload": _workload_name(options.get("workload", self.workload)),
-            "session_id": options.get("session_id", self.session_id),
+            "workload": workload,
+            "environment": dict(getattr(workload, "environment", dict)()),
+            "session_id": options.get("session_id", default_session or self.session_id),
             "durability": options.get("durability", self.durability),
             "checkpoint_pages": options.get("checkpoint_pages", self.checkpoint_pages),
             "timeout_s": options.get("timeout_s", self.timeout_s),
@@ -230,12 +243,13 @@ class Harness:
                 "path": str(trial / "journal.db"),
                 "ledger": str(trial / "ledger"),
                 "witness": str(trial / "witness"),
-                "workload": settings["workload"],
+                "workload": _workload_name(settings["workload"]),
                 "session_id": settings["session_id"],
                 "durability": settings["durability"],
                 "checkpoint_pages": settings["checkpoint_pages"],
             },
             crash_at=crash_at,
+            environment=settings["environment"],
             kill_after_s=kill_after_s,
             timeout_s=settings["timeout_s"],
         )
@@ -247,14 +261,17 @@ def run_child(
     crash_at: str | None = None,
     kill_after_s: float | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    environment: Mapping[str, str] | None = None,
 ) -> tuple[int, str, str]:
     """Run one child (see ``_child_main``); returns ``(returncode, stdout, stderr)``.
 
     ``crash_at`` arms a crash point (``JOURNAL_CRASH_AT``); ``kill_after_s`` sends SIGKILL that
     long after the child reports its journal open. A child still running after ``timeout_s`` is
-    killed and reported with the return code ``TIMED_OUT``.
+    killed and reported with the return code ``TIMED_OUT``. ``environment``: variables the child
+    gets besides this process's (a workload object's configuration).
     """
     env = dict(os.environ)
+    env.update(environment or {})
     env.pop("JOURNAL_CRASH_AT", None)
     # What this process can import (a test's workload module), the child can import too.
     paths = [os.path.abspath(p or os.curdir) for p in sys.path if os.path.isdir(p or os.curdir)]

@@ -32,6 +32,16 @@ tools call ``ledger.record(session=session_id, call=call_id, ...)`` as their sid
         assert verdict.ok, verdict.problems
 
 Set a default for every test of a module with ``crash_harness.workload = AGENT``.
+
+A production session exported with ``journal export --session`` is a workload too: the kills then
+hit your agent replaying it (``journal.testing.replay_torture.replay``; the session is the
+recording's)::
+
+    from journal.testing.replay_torture import replay
+
+    def test_my_agent_survives_the_recorded_session(crash_harness):
+        verdict = crash_harness.kill_at("tool.after_run", workload=replay("tests/cases/c7.jsonl", "my_agent:agent"))
+        assert verdict.killed and verdict.ok, verdict.problems
 """
 
 from __future__ import annotations
