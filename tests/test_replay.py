@@ -703,3 +703,145 @@ def test_journal_replay_runs_an_openai_agents_agent_and_tortures_it(tmp_path: Pa
     assert tortured.exit_code == 0, tortured.output
     report = json.loads(tortured.stdout)
     assert report["ok"] and report["killed"] >= 2 and report["verdict"]["verdict"] == "matched"
+
+
+# -- pydantic-ai and Google ADK ----------------------------------------------------------------------
+
+fw_paid: list[str] = []
+
+
+def pay_once(cents: int, ref: str) -> str:
+    """Pay an amount, in cents, once per ref."""
+    fw_paid.append(ref)
+    return f"paid {cents} for {ref}"
+
+
+def _live_pydantic_ai() -> Any:
+    """Offline: to a prompt, one ``pay_once`` call; to its return, an answer."""
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    def answer(messages: list[Any], info: Any) -> ModelResponse:
+        last = messages[-1].parts[-1]
+        if last.part_kind == "user-prompt":
+            ref = f"inv-{len(messages)}"
+            return ModelResponse(parts=[ToolCallPart("pay_once", {"cents": 4200, "ref": ref}, tool_call_id=ref)])
+        return ModelResponse(parts=[TextPart(f"done: {last.content}")])
+
+    return FunctionModel(answer)
+
+
+def pa_agent(j: journal.Journal, session_id: str, inputs: list[Any], model: Any, tools: Any) -> None:
+    """A pydantic-ai agent on ``JournalAgent``; ``model.pydantic_ai()`` is its model."""
+    from pydantic_ai import Agent
+
+    from journal.adapters.pydantic_ai import JournalAgent
+
+    jagent = JournalAgent(Agent(model.pydantic_ai(), tools=[tools.wrap(pay_once)]), j)
+    for text in inputs:
+        jagent.run_sync(text, session_id=session_id)
+
+
+class _LiveFrameworks:
+    def pydantic_ai(self) -> Any:
+        return _live_pydantic_ai()
+
+    def adk(self) -> Any:
+        return _live_adk()
+
+    def wrap(self, fn: Any) -> Any:
+        return fn
+
+
+def test_a_pydantic_ai_session_replays_matched_offline_and_a_changed_argument_diverges(target: str) -> None:
+    pytest.importorskip("pydantic_ai", reason="the pydantic-ai extra is not installed")
+    with journal.open(target) as j:
+        pa_agent(j, "user-42", ["Pay the first bill", "Pay the second bill"], _LiveFrameworks(), _LiveFrameworks())
+        recording = Recording.load(j, "user-42")
+    assert recording.inputs == ["Pay the first bill", "Pay the second bill"]
+    assert [len(t.steps) for t in recording.turns] == [2, 2]
+    paid = len(fw_paid)
+    with no_network():
+        verdict = recording.replay(pa_agent)
+    assert verdict.matched, verdict.divergence
+    assert (verdict.steps, verdict.real_calls, verdict.recorded_calls) == (4, 0, 2) and len(fw_paid) == paid
+
+    def rephrased(j: journal.Journal, session_id: str, inputs: list[Any], model: Any, tools: Any) -> None:
+        pa_agent(j, session_id, [inputs[0], "Pay the other bill"], model, tools)
+
+    d = recording.replay(rephrased).divergence
+    assert d is not None and (d.turn, d.step) == (2, 1) and '+user: "Pay the other bill"' in d.diff
+
+
+def _live_adk() -> Any:
+    """Offline: to a user's text, one ``pay_once`` call; to its response, an answer."""
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_response import LlmResponse
+    from google.genai import types
+
+    class Live(BaseLlm):
+        model: str = "live"
+
+        async def generate_content_async(self, llm_request: Any, stream: bool = False) -> Any:
+            last = llm_request.contents[-1].parts[-1]
+            if last.function_response is None:
+                ref = f"inv-{len(llm_request.contents)}"
+                call = types.FunctionCall(id=ref, name="pay_once", args={"cents": 4200, "ref": ref})
+                yield LlmResponse(content=types.Content(role="model", parts=[types.Part(function_call=call)]))
+            else:
+                text = f"done: {last.function_response.response}"
+                yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text=text)]))
+
+    return Live()
+
+
+def adk_agent(j: journal.Journal, session_id: str, inputs: list[Any], model: Any, tools: Any) -> None:
+    """An ADK ``LlmAgent`` with ``JournalPlugin`` on ``JournalSessionService``; ``model.adk()`` is its model."""
+    import asyncio
+
+    from google.adk.agents import LlmAgent
+    from google.adk.apps import App
+    from google.adk.runners import Runner
+    from google.genai import types
+
+    from journal.adapters.adk import JournalPlugin, JournalSessionService, journal_session_id
+
+    service = JournalSessionService(j)
+    agent = LlmAgent(name="cashier", model=model.adk(), instruction="Pay once.", tools=[tools.wrap(pay_once)])
+    runner = Runner(app=App(name="shop", root_agent=agent, plugins=[JournalPlugin(service)]), session_service=service)
+
+    async def go() -> None:
+        if (
+            session_id != journal_session_id("shop", "u1", "s1")
+            or await service.get_session(app_name="shop", user_id="u1", session_id="s1") is None
+        ):
+            await service.create_session(app_name="shop", user_id="u1", session_id="s1")
+        for text in inputs:
+            message = types.Content(role="user", parts=[types.Part(text=text)])
+            async for _ in runner.run_async(user_id="u1", session_id="s1", new_message=message):
+                pass
+
+    asyncio.run(go())
+
+
+def test_an_adk_session_replays_matched_offline_and_a_changed_input_diverges(tmp_path: Path) -> None:
+    pytest.importorskip("google.adk", reason="the adk extra is not installed")
+    from journal.adapters.adk import journal_session_id
+
+    sid = journal_session_id("shop", "u1", "s1")
+    with journal.open(tmp_path / "j.db") as j:
+        adk_agent(j, sid, ["Pay the first bill", "Pay the second bill"], _LiveFrameworks(), _LiveFrameworks())
+        recording = Recording.load(j, sid)
+    assert recording.inputs == ["Pay the first bill", "Pay the second bill"]
+    assert [len(t.steps) for t in recording.turns] == [2, 2]
+    paid = len(fw_paid)
+    with no_network():
+        verdict = recording.replay(adk_agent)
+    assert verdict.matched, verdict.divergence
+    assert (verdict.steps, verdict.real_calls, verdict.recorded_calls) == (4, 0, 2) and len(fw_paid) == paid
+
+    def rephrased(j: journal.Journal, session_id: str, inputs: list[Any], model: Any, tools: Any) -> None:
+        adk_agent(j, session_id, [inputs[0], "Pay the other bill"], model, tools)
+
+    d = recording.replay(rephrased).divergence
+    assert d is not None and (d.turn, d.step) == (2, 1) and '+user: "Pay the other bill"' in d.diff

@@ -36,7 +36,8 @@ The agent. A replayed agent is a function ``agent(journal, session_id, inputs, m
   request it would send a provider, say ``journal.provider_view(session_id).messages``) and
   records the ``Response`` (``turn.assistant(r.content, **r.fields())``); an openai-agents agent
   uses ``model.openai_agents()`` (a ``agents.models.interface.Model``), a LangGraph one
-  ``model.langchain()`` (a LangChain ``BaseChatModel``);
+  ``model.langchain()`` (a LangChain ``BaseChatModel``), a pydantic-ai one ``model.pydantic_ai()``
+  (a ``FunctionModel``), an ADK one ``model.adk()`` (a ``BaseLlm``);
 - ``tools``: the ``ReplayTools``; ``tools.call(name, arguments, call_id=..., real=fn)`` or a
   wrapped function (``tools.wrap(fn)``) checks each call against the recorded step, then answers
   it from the recording (``tools="recorded"``, the default: nothing real runs) or runs ``fn``

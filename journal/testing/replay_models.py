@@ -1,19 +1,22 @@
-"""The scripted model of a replay and its tools: for the plain API, openai-agents and LangChain.
+"""The scripted model of a replay and its tools: the plain API, openai-agents, LangChain, pydantic-ai, ADK.
 
 ``ScriptedModel`` returns a ``Recording``'s responses in order and checks each request the agent
 sends (``Divergence``, naming the turn and step, with the diff); ``ReplayTools`` checks each tool
 call against the recorded step and answers it from the recording or runs it for real.
-``ScriptedModel.openai_agents()`` and ``ScriptedModel.langchain()`` give the same script in the
-frameworks' shapes: an openai-agents ``Model`` (output items with the recorded call ids) and a
-LangChain ``BaseChatModel`` (an ``AIMessage`` with its tool calls). Their classes are built on
-first use, so importing this module (or ``journal.testing``) imports neither framework. Neither
-streams, and neither opens a connection.
+``ScriptedModel.openai_agents()``, ``.langchain()``, ``.pydantic_ai()`` and ``.adk()`` give the
+same script in the frameworks' shapes: an openai-agents ``Model`` (output items with the recorded
+call ids), a LangChain ``BaseChatModel`` (an ``AIMessage`` with its tool calls), a pydantic-ai
+``FunctionModel`` (a ``ModelResponse`` of text and ``ToolCallPart``s) and a Google ADK
+``BaseLlm`` (a ``Content`` of text and ``FunctionCall``s, the recorded ids kept). Their classes
+are built on first use, so importing this module (or ``journal.testing``) imports no framework.
+None streams, and none opens a connection.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -169,6 +172,18 @@ class ScriptedModel:
         if "langchain" not in self._frameworks:
             self._frameworks["langchain"] = _langchain()(script=self)
         return self._frameworks["langchain"]
+
+    def pydantic_ai(self) -> Any:
+        """This script as a pydantic-ai model (a ``FunctionModel``; ``journal.testing.replay_models``)."""
+        if "pydantic_ai" not in self._frameworks:
+            self._frameworks["pydantic_ai"] = _pydantic_ai()(self)
+        return self._frameworks["pydantic_ai"]
+
+    def adk(self) -> Any:
+        """This script as a Google ADK ``BaseLlm`` (``journal.testing.replay_models``)."""
+        if "adk" not in self._frameworks:
+            self._frameworks["adk"] = _adk()(script=self)
+        return self._frameworks["adk"]
 
 
 def _what(recorded: Sequence[str], sent: Sequence[str]) -> str:
@@ -381,6 +396,120 @@ def _as_dict(message: Any) -> dict[str, Any]:
     role = {"human": "user", "ai": "assistant", "tool": "tool", "system": "system"}.get(message.type, message.type)
     calls = [{"name": c.get("name"), "arguments": c.get("args")} for c in getattr(message, "tool_calls", None) or ()]
     return {"role": role, "content": message.content, "tool_calls": calls}
+
+
+@functools.cache
+def _pydantic_ai() -> Callable[[ScriptedModel], Any]:
+    from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai.usage import RequestUsage
+
+    def build(script: ScriptedModel) -> Any:
+        def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            response = script.respond(_pydantic_dicts(messages, ModelRequest))
+            parts: list[Any] = []
+            if response.content not in (None, "") or not response.tool_calls:
+                text = response.content if isinstance(response.content, str) else json.dumps(response.content)
+                parts.append(TextPart(text or ""))
+            for call in response.tool_calls:
+                parts.append(
+                    ToolCallPart(str(call.get("name")), call.get("arguments") or {}, tool_call_id=str(call.get("id")))
+                )
+            usage = response.usage or {}
+            counted = RequestUsage(
+                input_tokens=int(usage.get("input", 0) or 0), output_tokens=int(usage.get("output", 0) or 0)
+            )
+            return ModelResponse(parts=parts, usage=counted, model_name="journal-replay")
+
+        return FunctionModel(answer, model_name="journal-replay")
+
+    return build
+
+
+def _pydantic_dicts(messages: Sequence[Any], request_type: type) -> list[dict[str, Any]]:
+    """pydantic-ai messages as ``request_lines`` reads them: a request's system and user prompts
+    and tool returns (a retry prompt is a tool's answer), a response's text and tool calls."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        parts: list[Any] = list(message.parts)
+        if isinstance(message, request_type):
+            for part in parts:
+                kind = getattr(part, "part_kind", "")
+                if kind == "system-prompt":
+                    out.append({"role": "system", "content": part.content})
+                elif kind == "user-prompt":
+                    out.append({"role": "user", "content": part.content})
+                elif kind == "tool-return":
+                    out.append({"role": "tool", "content": part.content})
+                elif kind == "retry-prompt":
+                    out.append({"role": "tool", "content": part.model_response()})
+            continue
+        texts = [p.content for p in parts if getattr(p, "part_kind", "") == "text"]
+        calls = [
+            {"name": p.tool_name, "arguments": p.args_as_dict()}
+            for p in parts
+            if getattr(p, "part_kind", "") == "tool-call"
+        ]
+        out.append({"role": "assistant", "content": "".join(texts), "tool_calls": calls})
+    return out
+
+
+@functools.cache
+def _adk() -> type:
+    from collections.abc import AsyncGenerator
+
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_request import LlmRequest
+    from google.adk.models.llm_response import LlmResponse
+    from google.genai import types
+
+    class AdkModel(BaseLlm):
+        """A Google ADK ``BaseLlm`` answering from the recording (no streaming)."""
+
+        script: Any = None
+        model: str = "journal-replay"
+
+        async def generate_content_async(
+            self, llm_request: LlmRequest, stream: bool = False
+        ) -> AsyncGenerator[LlmResponse, None]:
+            response = self.script.respond(_adk_dicts(llm_request.contents or []))
+            parts: list[Any] = []
+            if response.content not in (None, "") or not response.tool_calls:
+                text = response.content if isinstance(response.content, str) else json.dumps(response.content)
+                parts.append(types.Part(text=text or ""))
+            for call in response.tool_calls:
+                parts.append(
+                    types.Part(
+                        function_call=types.FunctionCall(
+                            id=str(call.get("id")), name=str(call.get("name")), args=call.get("arguments") or {}
+                        )
+                    )
+                )
+            yield LlmResponse(content=types.Content(role="model", parts=parts))
+
+    return AdkModel
+
+
+def _adk_dicts(contents: Sequence[Any]) -> list[dict[str, Any]]:
+    """ADK request contents as ``request_lines`` reads them: text of the user and of the model,
+    the model's function calls, the function responses as tools' answers."""
+    out: list[dict[str, Any]] = []
+    for content in contents:
+        parts = list(content.parts or [])
+        texts = [p.text for p in parts if p.text and not p.thought]
+        calls = [
+            {"name": p.function_call.name, "arguments": dict(p.function_call.args or {})}
+            for p in parts
+            if p.function_call
+        ]
+        answers = [p.function_response.response for p in parts if p.function_response is not None]
+        if content.role == "model":
+            out.append({"role": "assistant", "content": "\n".join(texts), "tool_calls": calls})
+            continue
+        if texts:
+            out.append({"role": "user", "content": "\n".join(texts)})
+        out.extend({"role": "tool", "content": answer} for answer in answers)
+    return out
 
 
 def __getattr__(name: str) -> Any:
