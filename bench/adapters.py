@@ -1,6 +1,6 @@
 """The adapters against each framework's own SQLite backend, per step of a one-tool agent loop.
 
-    python bench/adapters.py [--steps 200] [--rounds 3] [--json]
+    python bench/adapters.py [--steps 200] [--rounds 3] [--json] [--skip pydantic-ai,adk]
 
 A step is one user turn of a scripted (offline) agent: the model asks for one tool, the tool
 runs, the model answers. Each contender runs ``--steps`` steps on one conversation in a fresh
@@ -373,7 +373,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--skip", default="", help="comma-separated: pydantic-ai, adk (each runs its own script's rows)"
+    )
     args = parser.parse_args()
+    skipped = {name.strip() for name in args.skip.split(",") if name.strip()}
     result: dict[str, Any] = {"steps": args.steps}
     with tempfile.TemporaryDirectory() as tmp:
         for framework, contenders in CONTENDERS.items():
@@ -399,6 +403,17 @@ def main() -> None:
             result[framework]["time, backend / journal"] = statistics.median(times[backend]) / statistics.median(
                 times[journal_name]
             )
+    sys.path.insert(0, str(Path(__file__).parent))
+    if "pydantic-ai" not in skipped:
+        from adapters_pydantic_ai import pydantic_ai_rows
+
+        result["pydantic-ai"] = pydantic_ai_rows(args.steps, args.rounds)
+        print("pydantic-ai: done", file=sys.stderr)
+    if "adk" not in skipped:
+        from adapters_adk import adk_rows
+
+        result["adk"] = adk_rows(args.steps, args.rounds)
+        print("adk: done", file=sys.stderr)
     if args.json:
         print(json.dumps(result, indent=2))
         return
@@ -411,6 +426,25 @@ def main() -> None:
                     f"{figures[f'bytes after {args.steps} steps']:>11,} B on disk"
                 )
         print(f"  {framework:14} backend time / journal time: {result[framework]['time, backend / journal']:.2f}x")
+    if "pydantic-ai" in result:
+        rows = result["pydantic-ai"]
+        for key, value in rows.items():
+            if key not in ("steps", "rounds"):
+                print(
+                    f"  pydantic-ai    {key:48} {value:>11,}"
+                    if isinstance(value, int)
+                    else f"  pydantic-ai    {key:48} {value}"
+                )
+    if "adk" in result:
+        rows = result["adk"]
+        for name, figures in rows["rows"].items():
+            print(
+                f"  adk            {name:24} {figures['ms_per_step']:7.3f} ms/step  {figures['bytes']:>11,} B on disk"
+            )
+        print(
+            f"  adk            journal / DatabaseSessionService: time {rows['time_ratio']}x, "
+            f"bytes {rows['bytes_ratio']}x"
+        )
 
 
 if __name__ == "__main__":
