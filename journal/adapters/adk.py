@@ -75,12 +75,10 @@ What it cannot do, honestly:
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import json
 import os
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
 from journal.adapters import require
 
@@ -112,6 +110,9 @@ from journal.adapters.adk_events import (
     restore,
     unanswered,
 )
+from journal.adapters.calls import Calls as _Calls
+from journal.adapters.calls import Direct as _Direct
+from journal.adapters.calls import drive as _drive
 from journal.adapters.repaired import Repaired
 from journal.aio import AsyncJournal
 from journal.errors import (
@@ -140,7 +141,6 @@ __all__ = [
     "repair",
 ]
 
-R = TypeVar("R")
 FRAMEWORK = "adk"
 _CAS_TRIES = 100  # compare-and-append retries (each loses only to a real write)
 _REV = "adk.rev"  # keyed state: the session's revision {seq of its last ADK event, time, id}
@@ -217,39 +217,6 @@ def _session_name(session_id: object) -> str:
 
 
 # -- the journal, sync or async -------------------------------------------------------------------
-
-
-class _Calls:
-    """Calls a journal method without blocking the loop: an ``AsyncJournal``'s twin is awaited,
-    a sync ``Journal``'s method runs in a worker thread."""
-
-    def __init__(self, target: journal.Journal | AsyncJournal) -> None:
-        self.target = target
-        self._async = isinstance(target, AsyncJournal)
-
-    async def __call__(self, method_name: str, /, *args: Any, **kwargs: Any) -> Any:
-        method = getattr(self.target, method_name)
-        if self._async:
-            return await method(*args, **kwargs)
-        return await asyncio.to_thread(functools.partial(method, *args, **kwargs))
-
-
-class _Direct(_Calls):
-    """Calls a sync ``Journal`` right here (the sync ``repair``)."""
-
-    async def __call__(self, method_name: str, /, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self.target, method_name)(*args, **kwargs)
-
-
-def _drive(coro: Coroutine[Any, Any, R]) -> R:
-    """Run a coroutine that never suspends (its journal calls are ``_Direct``) to its end."""
-    try:
-        coro.send(None)
-    except StopIteration as stop:
-        done: R = stop.value
-        return done
-    coro.close()  # pragma: no cover - a _Direct call never suspends
-    raise RuntimeError("a synchronous journal call suspended")  # pragma: no cover
 
 
 # -- the session service ---------------------------------------------------------------------------

@@ -104,13 +104,11 @@ What it cannot do, honestly:
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import hashlib
 import os
 import re
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
@@ -125,6 +123,9 @@ from agents.result import RunResult
 from openai.types.responses import ResponseFunctionToolCall
 
 import journal
+from journal.adapters.calls import Calls as _Calls
+from journal.adapters.calls import Direct as _Direct
+from journal.adapters.calls import drive as _drive
 from journal.adapters.openai_items import (
     CLEAR,
     ITEM,
@@ -171,7 +172,6 @@ __all__ = [
     "repair",
 ]
 
-R = TypeVar("R")
 FRAMEWORK = "openai-agents"
 _HASHED = f"{FRAMEWORK}-"  # the prefix of hashed ids: reserved, so an id given with it is hashed too
 _VALID_ID = re.compile(r"[\x21-\x7e]{1,256}")
@@ -192,51 +192,6 @@ def journal_session_id(session_id: str) -> str:
 
 
 # -- the journal, sync or async -------------------------------------------------------------------
-
-
-class _Calls:
-    """Calls a journal method without blocking the loop: an ``AsyncJournal``'s twin is awaited,
-    a sync ``Journal``'s method runs in a worker thread (a ``Journal`` may be shared by threads)."""
-
-    def __init__(self, target: journal.Journal | AsyncJournal) -> None:
-        self.target = target
-        self._async = isinstance(target, AsyncJournal)
-
-    async def __call__(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        method = getattr(self.target, name)
-        if self._async:
-            return await method(*args, **kwargs)
-        return await asyncio.to_thread(functools.partial(method, *args, **kwargs))
-
-    async def run(self, routine: Callable[[_Calls], Coroutine[Any, Any, R]]) -> R:
-        """Run ``routine(calls)``, a few journal calls in a row, in one worker-thread hop for a
-        sync ``Journal`` (each hop costs a thread switch) or awaited as is on an ``AsyncJournal``."""
-        if self._async:
-            return await routine(self)
-        direct = _Direct(self.target)
-        return await asyncio.to_thread(lambda: _drive(routine(direct)))
-
-
-class _Direct(_Calls):
-    """Calls a sync ``Journal``'s method right here: the coroutine never suspends, so the sync
-    ``repair`` runs the same code as ``arepair`` (see ``_drive``)."""
-
-    async def __call__(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self.target, name)(*args, **kwargs)
-
-    async def run(self, routine: Callable[[_Calls], Coroutine[Any, Any, R]]) -> R:
-        return await routine(self)
-
-
-def _drive(coro: Coroutine[Any, Any, R]) -> R:
-    """Run a coroutine that never suspends (its journal calls are ``_Direct``) to its end."""
-    try:
-        coro.send(None)
-    except StopIteration as stop:
-        done: R = stop.value  # what the coroutine returned
-        return done
-    coro.close()  # pragma: no cover - a _Direct call never suspends
-    raise RuntimeError("a synchronous journal call suspended")  # pragma: no cover
 
 
 # -- the session ---------------------------------------------------------------------------------

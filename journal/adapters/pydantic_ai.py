@@ -98,13 +98,12 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-import functools
 import hashlib
 import os
 import re
 import weakref
-from collections.abc import Coroutine, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
@@ -131,6 +130,9 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, ToolReturnPart, re
 from pydantic_ai.run import AgentRunResult
 
 import journal
+from journal.adapters.calls import Calls as _Calls
+from journal.adapters.calls import Direct as _Direct
+from journal.adapters.calls import drive as _drive
 from journal.adapters.pydantic_ai_messages import MESSAGE, Fold, History, Typed, derive, result_data
 from journal.adapters.repaired import Repaired
 from journal.aio import AsyncJournal
@@ -158,7 +160,6 @@ __all__ = [
     "repair",
 ]
 
-R = TypeVar("R")
 FRAMEWORK = "pydantic-ai"
 _HASHED = f"{FRAMEWORK}-"
 _VALID_ID = re.compile(r"[\x21-\x7e]{1,256}")
@@ -182,39 +183,6 @@ def journal_session_id(session_id: str) -> str:
 
 
 # -- the journal, sync or async -------------------------------------------------------------------
-
-
-class _Calls:
-    """Calls a journal method without blocking the loop: an ``AsyncJournal``'s twin is awaited,
-    a sync ``Journal``'s method runs in a worker thread."""
-
-    def __init__(self, target: journal.Journal | AsyncJournal) -> None:
-        self.target = target
-        self._async = isinstance(target, AsyncJournal)
-
-    async def __call__(self, method_name: str, /, *args: Any, **kwargs: Any) -> Any:
-        method = getattr(self.target, method_name)
-        if self._async:
-            return await method(*args, **kwargs)
-        return await asyncio.to_thread(functools.partial(method, *args, **kwargs))
-
-
-class _Direct(_Calls):
-    """Calls a sync ``Journal``'s method right here (the coroutine never suspends: ``_drive``)."""
-
-    async def __call__(self, method_name: str, /, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self.target, method_name)(*args, **kwargs)
-
-
-def _drive(coro: Coroutine[Any, Any, R]) -> R:
-    """Run a coroutine that never suspends (its journal calls are ``_Direct``) to its end."""
-    try:
-        coro.send(None)
-    except StopIteration as stop:
-        done: R = stop.value
-        return done
-    coro.close()  # pragma: no cover - a _Direct call never suspends
-    raise RuntimeError("a synchronous journal call suspended")  # pragma: no cover
 
 
 def _target(journal_or_path: Any, durability: str) -> tuple[journal.Journal | AsyncJournal, journal.Journal | None]:
