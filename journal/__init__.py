@@ -65,7 +65,7 @@ from journal.purge import PurgeResult
 from journal.queue import Submission, SubmissionInfo
 from journal.reconcile import Decision
 from journal.recovery import OpenTurn, OwedCall, RecoveryPlan, RecoveryResult, ScanReport
-from journal.results import Dispatch, PendingCall, PutResult
+from journal.results import Dispatch, PendingCall, PutResult, ToolStats
 from journal.sessions import SessionTotals
 from journal.tools import Idempotent, Landed, NeverArrived, Queryable, Tool, ToolContext, ToolRegistry, Unsafe
 from journal.turns import Turn, TurnState
@@ -146,6 +146,7 @@ __all__ = [
     "ToolContext",
     "ToolNodeNotFound",
     "ToolRegistry",
+    "ToolStats",
     "Turn",
     "TurnEndReason",
     "TurnHeld",

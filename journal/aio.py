@@ -63,7 +63,7 @@ from journal.errors import InvalidArgument
 from journal.model import Event
 from journal.queue import DEFAULT_LEASE_MS
 from journal.reconcile import DEFAULT_CONTEXT_WINDOW
-from journal.results import PutResult
+from journal.results import TOOL_STATS_LIMIT, PutResult, ToolStats
 from journal.turns import Turn
 
 if TYPE_CHECKING:
@@ -188,6 +188,9 @@ class AsyncJournal(_AsyncBase):
 
     async def session_totals(self) -> SessionTotals:
         return await self._call(Journal.session_totals)
+
+    async def tool_stats(self, session_id: str | None = None, *, limit: int = TOOL_STATS_LIMIT) -> list[ToolStats]:
+        return await self._call(Journal.tool_stats, session_id, limit=limit)
 
     async def append(
         self,

@@ -160,6 +160,7 @@ class Journal:
     dispatch = _delegate("_results", Results.dispatch, SYNCED)
     put_result = _delegate("_results", Results.put_result, WRITE)
     _requested_call = _delegate("_results", Results.requested_call, READ)
+    tool_stats = _delegate("_results", Results.tool_stats, READ)
 
     # -- the input queue (journal.queue, journal.claims) -----------------------------------------
     submit = _delegate("_queue", Queue.submit, WRITE)

@@ -18,8 +18,17 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from journal import lineage
-from journal.codec import MAX_CALL_ID, check_id
-from journal.errors import AlreadyDispatched, LeaseLost, NoOpenTurn, ResultExists, SchemaViolation, UnknownToolCall
+from journal.codec import MAX_CALL_ID, check_id, check_text
+from journal.errors import (
+    AlreadyDispatched,
+    InvalidArgument,
+    LeaseLost,
+    NoOpenTurn,
+    ResultExists,
+    SchemaViolation,
+    SessionNotFound,
+    UnknownToolCall,
+)
 from journal.model import CallState, Event, now_ms
 from journal.store import Database, Store
 from journal.turns import ResultCalls as ResultCalls  # (kept with TurnCalls, which extends it)
@@ -191,6 +200,31 @@ class CallRow:
 
 
 @attrs.frozen
+class ToolStats:
+    """One tool's calls at a glance (``Journal.tool_stats``): ``calls`` (each call id once per
+    session), ``results`` (answered, real or synthetic), ``errors`` (real results marked
+    ``is_error``), ``may_have_run`` and ``did_not_run`` (recovery's synthetic results by risk),
+    ``indeterminate`` (awaiting an operator), and the p50 and p95 of the time from dispatch to a
+    real result, in ms (nearest rank; ``None`` without any)."""
+
+    name: str
+    calls: int
+    results: int
+    errors: int
+    may_have_run: int
+    did_not_run: int
+    indeterminate: int
+    p50_ms: int | None
+    p95_ms: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+TOOL_STATS_LIMIT = 1000  # tool names a statistics read returns at most (the most called)
+
+
+@attrs.frozen
 class PendingCall:
     """A dispatched call without a result: it may have run."""
 
@@ -246,6 +280,33 @@ class Results:
     def forget_txn(self, db: Database, session_id: str) -> None:
         """Delete the session's tool-call states (purge)."""
         db.execute("DELETE FROM tool_calls WHERE session_id = ?", (session_id,))
+
+    def tool_stats(self, session_id: str | None = None, *, limit: int = TOOL_STATS_LIMIT) -> list[ToolStats]:
+        """Per tool name, most called first, at most ``limit`` names: what ``ToolStats`` says,
+        over every session or over one (its own calls: a fork's inherited ones are its
+        parent's). One statement over ``tool_calls`` and the dispatch and result events."""
+        if session_id is not None:
+            check_text("session_id", session_id)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= TOOL_STATS_LIMIT:
+            raise InvalidArgument("limit", f"must be an int from 1 to {TOOL_STATS_LIMIT}, not {limit!r}")
+        with self._store.read() as db:
+            if session_id is not None and db.one("SELECT 1 FROM sessions WHERE id = ?", (session_id,)) is None:
+                raise SessionNotFound(session_id)
+            rows = list(db.execute(db.sql.tool_stats, (session_id, limit)))
+        return [
+            ToolStats(
+                str(r[0]),
+                int(r[1]),
+                int(r[2]),
+                int(r[3] or 0),
+                int(r[4] or 0),
+                int(r[5] or 0),
+                int(r[6] or 0),
+                _ms(r[7]),
+                _ms(r[8]),
+            )
+            for r in rows
+        ]
 
     def requested_call(self, session_id: str, call_id: str) -> dict[str, Any]:
         """The ``{id, name, arguments}`` an assistant message of the session requested."""
@@ -357,3 +418,7 @@ def put_result_txn(
     # limit), and a late result's one required field is a result's too.
     log.insert_txn(db, session_id, seq, "tool_result_late", text, time_ms)
     return PutResult(winner, won=False, late=Event(session_id, seq, "tool_result_late", loser, time_ms))
+
+
+def _ms(value: Any) -> int | None:
+    return None if value is None else int(value)

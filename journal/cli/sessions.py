@@ -182,3 +182,25 @@ def stats(db: str, as_json: bool, as_nl: bool) -> None:
     }
     lines = [f"{key:>14}: {value}" for key, value in document.items()]
     output(document, [document], lines, as_json=as_json, as_nl=as_nl)
+
+
+@main.command()
+@db_option
+@click.argument("session", required=False)
+@output_options
+def tools(db: str, session: str | None, as_json: bool, as_nl: bool) -> None:
+    """Per tool: calls, results, p50/p95 ms from dispatch to result, errors, may have run, indeterminate."""
+    with open_journal(db, readonly=True) as j:
+        stats = j.tool_stats(session)
+    document = {"session_id": session, "tools": [t.to_dict() for t in stats]}
+
+    def ms(value: int | None) -> str:
+        return "-" if value is None else str(value)
+
+    lines = [
+        f"{cut_id(t.name)}: {t.calls} call(s), {t.results} result(s), p50 {ms(t.p50_ms)} ms, p95 {ms(t.p95_ms)} ms, "
+        f"{t.errors} error(s), {t.may_have_run} may have run, {t.did_not_run} did not run, "
+        f"{t.indeterminate} indeterminate"
+        for t in stats
+    ] or ["no tool calls"]
+    output(document, document["tools"], lines, as_json=as_json, as_nl=as_nl)

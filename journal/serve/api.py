@@ -146,3 +146,8 @@ def scan(j: Journal) -> str:
 def indeterminate(j: Journal, session_id: str | None = None) -> str:
     """``journal indeterminate [SESSION] --json``: the calls awaiting an operator."""
     return whole({"indeterminate": [attrs.asdict(call) for call in j.indeterminate(session_id)]})
+
+
+def tools(j: Journal, session_id: str | None = None) -> str:
+    """``{"tools": [ToolStats.to_dict(), ...]}``: per tool name, most called first (``Journal.tool_stats``)."""
+    return whole({"session_id": session_id, "tools": [t.to_dict() for t in j.tool_stats(session_id)]})

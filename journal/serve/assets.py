@@ -45,6 +45,8 @@ ul.calls { margin: .2em 0; padding-left: 1.2em; }
 .tool { font-weight: 600; }
 .status { color: var(--muted); margin-left: .4em; }
 .marker { display: inline-block; padding: 0 .45em; border-radius: 3px; color: #fff; margin: 0 .3em; font-size: 12px; }
+svg.bar { vertical-align: middle; margin-left: .4em; } .bar-calls { fill: var(--ok); } .bar-time { fill: var(--warn); }
+td.risk { color: var(--risk); font-weight: 600; }
 .marker.risk-unknown { background: var(--risk); } .marker.risk-not-started { background: var(--muted); }
 .result.risk-unknown, .k-result.risk-unknown { background: rgba(185,28,28,.10); }
 .warn { color: var(--warn); } .ok { color: var(--ok); } .error { color: var(--risk); }

@@ -23,7 +23,7 @@ from typing import Any
 
 import attrs
 
-from journal import Message, MissingResult, ScanReport, Session
+from journal import Message, MissingResult, ScanReport, Session, ToolStats
 from journal.escape import escape
 from journal.preview import Clipped
 
@@ -83,7 +83,7 @@ def layout(title: str, body: str, *, journal_path: str, current: str = "") -> st
     """A whole page: ``title`` is already HTML (built with ``text``)."""
     nav = "".join(
         f'<a href="{href}"{" aria-current=page" if name == current else ""}>{name}</a>'
-        for name, href in (("Sessions", "/"), ("Scan", "/scan"))
+        for name, href in (("Sessions", "/"), ("Tools", "/tools"), ("Scan", "/scan"))
     )
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -201,6 +201,7 @@ def session_header(s: Session, forks: Forks, view: str) -> str:
         f"{' aria-current=page' if name == view else ''}>{label}</a>"
         for name, label in (("log", "Log"), ("messages", "Messages"), ("provider", "Provider view"))
     )
+    tabs += f'<a href="{url("tools", session=s.id)}">Tools</a>'
     parts.append(f'<nav class="tabs">{tabs}</nav>')
     return "".join(parts)
 
@@ -317,3 +318,50 @@ def scan_page(report: ScanReport, *, journal_path: str) -> str:
             )
         parts.append("</ul>")
     return layout("Restart scan", "".join(parts), journal_path=journal_path, current="Scan")
+
+
+# -- tools at a glance ------------------------------------------------------------------------------
+
+BAR_WIDTH = 120  # pixels of the longest inline bar
+
+
+def _bar(value: int, most: int, kind: str, label: str) -> str:
+    """An inline SVG bar (attributes, not styles: the CSP allows no inline style)."""
+    width = 0 if most <= 0 else max(1, round(BAR_WIDTH * value / most)) if value else 0
+    return (
+        f'<svg class="bar" width="{BAR_WIDTH}" height="10" role="img" aria-label="{text(label)}">'
+        f'<rect class="bar-{kind}" width="{width}" height="10"></rect></svg>'
+    )
+
+
+def tools_page(stats: Sequence[ToolStats], *, session_id: str | None, journal_path: str) -> str:
+    """Per tool name: calls, results, p50/p95 from dispatch to a real result, errors, and what
+    recovery said of interrupted calls (``Journal.tool_stats``: one statement, bounded)."""
+    where = f' of <a href="{url("sessions", session_id)}">{text(session_id)}</a>' if session_id else ""
+    parts = [f"<h1>Tools{where}</h1>"]
+    if not stats:
+        parts.append('<p class="muted">no tool calls</p>')
+        return layout("Tools", "".join(parts), journal_path=journal_path, current="Tools")
+    most = max(t.calls for t in stats)
+    slowest = max((t.p95_ms or 0) for t in stats)
+    parts.append(
+        '<table class="sessions tools"><thead><tr><th>tool</th><th>calls</th><th>results</th>'
+        "<th>p50 ms</th><th>p95 ms</th><th>errors</th><th>may have run</th><th>did not run</th>"
+        "<th>indeterminate</th></tr></thead><tbody>"
+    )
+    for t in stats:
+        p50 = "" if t.p50_ms is None else str(t.p50_ms)
+        p95 = "" if t.p95_ms is None else str(t.p95_ms)
+        parts.append(
+            f'<tr data-tool="{text(t.name, limit=200)}"><td class="tool">{text(t.name, limit=200)}</td>'
+            f'<td class="num">{t.calls} {_bar(t.calls, most, "calls", f"{t.calls} calls")}</td>'
+            f'<td class="num">{t.results}</td>'
+            f'<td class="num">{p50}</td>'
+            f'<td class="num">{p95} {_bar(t.p95_ms or 0, slowest, "time", f"p95 {p95} ms")}</td>'
+            f'<td class="num">{t.errors}</td>'
+            f'<td class="num{" risk" if t.may_have_run else ""}">{t.may_have_run}</td>'
+            f'<td class="num">{t.did_not_run}</td>'
+            f'<td class="num{" risk" if t.indeterminate else ""}">{t.indeterminate}</td></tr>'
+        )
+    parts.append("</tbody></table>")
+    return layout("Tools", "".join(parts), journal_path=journal_path, current="Tools")

@@ -89,6 +89,10 @@ async def _route(viewer: Reader, request: Request, path: str, query: dict[str, s
     if path == "/scan":
         report = await viewer.read(lambda j: j.scan())
         return Response(pages.scan_page(report, journal_path=viewer.shown_db), media_type=HTML)
+    if path == "/tools":
+        session = check_session_id(query["session"]) if query.get("session") else None
+        stats = await viewer.read(lambda j: j.tool_stats(session))
+        return Response(pages.tools_page(stats, session_id=session, journal_path=viewer.shown_db), media_type=HTML)
     if path.startswith("/api/"):
         return await _api(viewer, path, query, head=head)
     found = re.fullmatch(r"/sessions/([^/]+)(/events)?", path)
@@ -106,6 +110,9 @@ async def _route(viewer: Reader, request: Request, path: str, query: dict[str, s
 async def _api(viewer: Reader, path: str, query: dict[str, str], *, head: bool) -> Response:
     if path == "/api/scan":
         return _json(await viewer.read(api.scan))
+    if path == "/api/tools":
+        session = check_session_id(query["session"]) if query.get("session") else None
+        return _json(await viewer.read(lambda j: api.tools(j, session)))
     if path == "/api/indeterminate":
         session = check_session_id(query["session"]) if query.get("session") else None
         return _json(await viewer.read(lambda j: api.indeterminate(j, session)))

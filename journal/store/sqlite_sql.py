@@ -107,6 +107,40 @@ def _meta_value(value: Any) -> Any:
     return value
 
 
+# Per tool name, at a glance (journal.results.Results.tool_stats; SQLite: JSON true reads as 1).
+TOOL_STATS_SQL = """
+WITH c AS (
+    SELECT c.name AS name, c.state AS state, c.result_seq AS result_seq,
+           coalesce(r.data ->> '$.is_error' = 1, 0) AS is_error,
+           coalesce(r.data ->> '$.metadata.synthetic' = 1, 0) AS synthetic,
+           CASE WHEN coalesce(r.data ->> '$.metadata.synthetic' = 1, 0) THEN r.data ->> '$.metadata.risk' END AS risk,
+           CASE WHEN t.seq IS NOT NULL AND r.seq IS NOT NULL AND NOT coalesce(r.data ->> '$.metadata.synthetic' = 1, 0)
+                THEN r.time_ms - t.time_ms END AS ms
+      FROM tool_calls AS c
+      LEFT JOIN events AS t ON t.session_id = c.session_id AND t.seq = c.dispatch_seq
+      LEFT JOIN events AS r ON r.session_id = c.session_id AND r.seq = c.result_seq
+     WHERE ?1 IS NULL OR c.session_id = ?1
+), timed AS (
+    SELECT name, ms, row_number() OVER (PARTITION BY name ORDER BY ms) AS k,
+           count(*) OVER (PARTITION BY name) AS n
+      FROM c WHERE ms IS NOT NULL
+), ranks AS (
+    SELECT name, max(CASE WHEN k = (n * 50 + 99) / 100 THEN ms END) AS p50,
+           max(CASE WHEN k = (n * 95 + 99) / 100 THEN ms END) AS p95
+      FROM timed GROUP BY name
+)
+SELECT coalesce(a.name, ''), a.calls, a.results, a.errors, a.may_have_run, a.did_not_run, a.indeterminate,
+       ranks.p50, ranks.p95
+  FROM (SELECT name, count(*) AS calls, count(result_seq) AS results,
+               sum(CASE WHEN is_error AND NOT synthetic THEN 1 ELSE 0 END) AS errors,
+               sum(CASE WHEN risk = 'tool_outcome_unknown' THEN 1 ELSE 0 END) AS may_have_run,
+               sum(CASE WHEN risk = 'tool_not_started' THEN 1 ELSE 0 END) AS did_not_run,
+               sum(CASE WHEN state = 'indeterminate' THEN 1 ELSE 0 END) AS indeterminate
+          FROM c GROUP BY name) AS a
+  LEFT JOIN ranks ON ranks.name IS a.name
+ ORDER BY a.calls DESC, a.name LIMIT ?2
+"""
+
 STATEMENTS = Statements(
     dialect="sqlite",
     previews=PREVIEWS_SQL,
@@ -163,6 +197,7 @@ STATEMENTS = Statements(
         "WHERE session_id = ? AND call_id IN (SELECT value FROM json_each(?))"
     ),
     open_work=OPEN_WORK_SQL,
+    tool_stats=TOOL_STATS_SQL,
     indeterminate_calls=(
         "SELECT c.session_id, c.call_id, c.name, c.dispatch_seq, c.result_seq, n.id, n.data, n.created_ms, n.acked_ms "
         "FROM tool_calls AS c INDEXED BY tool_calls_indeterminate LEFT JOIN notifications AS n "

@@ -84,6 +84,12 @@ class Statements:
     # recovers session by session (the planner).
     open_work: str | None
 
+    # -- journal.results -------------------------------------------------------------------------
+    # (session or NULL for every session, limit): per tool name, most called first: calls,
+    # results, error results, synthetic results by risk (may have run, did not run), indeterminate
+    # calls, and the p50 and p95 (nearest rank) of dispatch -> real result, in ms.
+    tool_stats: str
+
     # -- journal.effects -------------------------------------------------------------------------
     # (): every indeterminate call with its notification, oldest first per session.
     indeterminate_calls: str
