@@ -192,7 +192,8 @@ def tools(db: str, session: str | None, as_json: bool, as_nl: bool) -> None:
     """Per tool: calls, results, p50/p95 ms from dispatch to result, errors, may have run, indeterminate."""
     with open_journal(db, readonly=True) as j:
         stats = j.tool_stats(session)
-    document = {"session_id": session, "tools": [t.to_dict() for t in stats]}
+    rows = [t.to_dict() for t in stats]
+    document = {"session_id": session, "tools": rows}
 
     def ms(value: int | None) -> str:
         return "-" if value is None else str(value)
@@ -203,4 +204,4 @@ def tools(db: str, session: str | None, as_json: bool, as_nl: bool) -> None:
         f"{t.indeterminate} indeterminate"
         for t in stats
     ] or ["no tool calls"]
-    output(document, document["tools"], lines, as_json=as_json, as_nl=as_nl)
+    output(document, rows, lines, as_json=as_json, as_nl=as_nl)
