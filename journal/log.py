@@ -37,12 +37,12 @@ from journal.lineage import chain_txn, next_seq_in_txn, next_seq_txn, read_event
 from journal.model import Event, Session
 from journal.model import now_ms as now_ms
 from journal.results import call_seqs_txn, dispatch_seq_txn, result_seq_txn, same_result
-from journal.store import Database, Statements, Store, UniqueViolation
+from journal.store import INSERT_EVENT, Database, Statements, Store, UniqueViolation
 from journal.store.groupcommit import GroupCommit
 from journal.turns import open_turn_at_txn, open_turn_txn
 
 _SESSION_ID = re.compile(r"[\x21-\x7e]{1,256}")
-_INSERT = "INSERT INTO events (session_id, seq, type, data, time_ms) VALUES (?, ?, ?, ?, ?)"
+_INSERT = INSERT_EVENT  # the store's one text of it (journal.store.base)
 _INSERT_KEYED = "INSERT INTO events (session_id, seq, type, data, time_ms, key) VALUES (?, ?, ?, ?, ?, ?)"
 # A keyed append of a session that reads nothing through a parent: the unique index alone then
 # keeps one event per key (a fork's inherited keys need the chain read: the slow path).

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from journal import lineage
-from journal.codec import MAX_CALL_ID, check_id, check_text
+from journal.codec import MAX_CALL_ID, check_id
 from journal.errors import (
     AlreadyDispatched,
     InvalidArgument,
@@ -26,7 +26,6 @@ from journal.errors import (
     NoOpenTurn,
     ResultExists,
     SchemaViolation,
-    SessionNotFound,
     UnknownToolCall,
 )
 from journal.model import CallState, Event, now_ms
@@ -285,13 +284,11 @@ class Results:
         """Per tool name, most called first, at most ``limit`` names: what ``ToolStats`` says,
         over every session or over one (its own calls: a fork's inherited ones are its
         parent's). One statement over ``tool_calls`` and the dispatch and result events."""
-        if session_id is not None:
-            check_text("session_id", session_id)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= TOOL_STATS_LIMIT:
             raise InvalidArgument("limit", f"must be an int from 1 to {TOOL_STATS_LIMIT}, not {limit!r}")
         with self._store.read() as db:
-            if session_id is not None and db.one("SELECT 1 FROM sessions WHERE id = ?", (session_id,)) is None:
-                raise SessionNotFound(session_id)
+            if session_id is not None:
+                lineage.seed_length_txn(db, session_id)  # SessionNotFound for an unknown id
             rows = list(db.execute(db.sql.tool_stats, (session_id, limit)))
         return [
             ToolStats(

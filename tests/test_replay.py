@@ -583,24 +583,30 @@ class _Live:
         return fn
 
 
-def test_a_langgraph_session_replays_matched_offline_and_a_changed_input_diverges(target: str) -> None:
-    pytest.importorskip("langgraph.checkpoint.base", reason="the langgraph extra is not installed")
+def _two_bills(target: Any, session_id: str, agent: Any, live: Any, paid: list[str]) -> None:
+    """Record two one-tool turns with ``live``'s model and tools, replay them with the same agent
+    (matched, offline, nothing paid), then with the second input changed (diverged at turn 2)."""
     with journal.open(target) as j:
-        lg_agent(j, "thread-1", ["Pay the first bill", "Pay the second bill"], _Live(), _Live())
-        recording = Recording.load(j, "thread-1")
+        agent(j, session_id, ["Pay the first bill", "Pay the second bill"], live, live)
+        recording = Recording.load(j, session_id)
     assert recording.inputs == ["Pay the first bill", "Pay the second bill"]
     assert [len(t.steps) for t in recording.turns] == [2, 2]
-    paid = len(lg_paid)
+    before = len(paid)
     with no_network():
-        verdict = recording.replay(lg_agent)
+        verdict = recording.replay(agent)
     assert verdict.matched, verdict.divergence
-    assert (verdict.steps, verdict.real_calls, verdict.recorded_calls) == (4, 0, 2) and len(lg_paid) == paid
+    assert (verdict.steps, verdict.real_calls, verdict.recorded_calls) == (4, 0, 2) and len(paid) == before
 
-    def rephrased(j: journal.Journal, session_id: str, inputs: list[Any], model: Any, tools: Any) -> None:
-        lg_agent(j, session_id, [inputs[0], "Pay the other bill"], model, tools)
+    def rephrased(j: journal.Journal, sid: str, inputs: list[Any], model: Any, tools: Any) -> None:
+        agent(j, sid, [inputs[0], "Pay the other bill"], model, tools)
 
     d = recording.replay(rephrased).divergence
     assert d is not None and (d.turn, d.step) == (2, 1) and '+user: "Pay the other bill"' in d.diff
+
+
+def test_a_langgraph_session_replays_matched_offline_and_a_changed_input_diverges(target: str) -> None:
+    pytest.importorskip("langgraph.checkpoint.base", reason="the langgraph extra is not installed")
+    _two_bills(target, "thread-1", lg_agent, _Live(), lg_paid)
 
 
 _KILLED_AT_A_POINT = """
@@ -753,24 +759,9 @@ class _LiveFrameworks:
         return fn
 
 
-def test_a_pydantic_ai_session_replays_matched_offline_and_a_changed_argument_diverges(target: str) -> None:
+def test_a_pydantic_ai_session_replays_matched_offline_and_a_changed_input_diverges(target: str) -> None:
     pytest.importorskip("pydantic_ai", reason="the pydantic-ai extra is not installed")
-    with journal.open(target) as j:
-        pa_agent(j, "user-42", ["Pay the first bill", "Pay the second bill"], _LiveFrameworks(), _LiveFrameworks())
-        recording = Recording.load(j, "user-42")
-    assert recording.inputs == ["Pay the first bill", "Pay the second bill"]
-    assert [len(t.steps) for t in recording.turns] == [2, 2]
-    paid = len(fw_paid)
-    with no_network():
-        verdict = recording.replay(pa_agent)
-    assert verdict.matched, verdict.divergence
-    assert (verdict.steps, verdict.real_calls, verdict.recorded_calls) == (4, 0, 2) and len(fw_paid) == paid
-
-    def rephrased(j: journal.Journal, session_id: str, inputs: list[Any], model: Any, tools: Any) -> None:
-        pa_agent(j, session_id, [inputs[0], "Pay the other bill"], model, tools)
-
-    d = recording.replay(rephrased).divergence
-    assert d is not None and (d.turn, d.step) == (2, 1) and '+user: "Pay the other bill"' in d.diff
+    _two_bills(target, "user-42", pa_agent, _LiveFrameworks(), fw_paid)
 
 
 def _live_adk() -> Any:
@@ -804,17 +795,15 @@ def adk_agent(j: journal.Journal, session_id: str, inputs: list[Any], model: Any
     from google.adk.runners import Runner
     from google.genai import types
 
-    from journal.adapters.adk import JournalPlugin, JournalSessionService, journal_session_id
+    from journal.adapters.adk import JournalPlugin, JournalSessionService
 
     service = JournalSessionService(j)
     agent = LlmAgent(name="cashier", model=model.adk(), instruction="Pay once.", tools=[tools.wrap(pay_once)])
     runner = Runner(app=App(name="shop", root_agent=agent, plugins=[JournalPlugin(service)]), session_service=service)
 
     async def go() -> None:
-        if (
-            session_id != journal_session_id("shop", "u1", "s1")
-            or await service.get_session(app_name="shop", user_id="u1", session_id="s1") is None
-        ):
+        # On the replay's journal the session exists already (the recording's, meta and all).
+        if await service.get_session(app_name="shop", user_id="u1", session_id="s1") is None:
             await service.create_session(app_name="shop", user_id="u1", session_id="s1")
         for text in inputs:
             message = types.Content(role="user", parts=[types.Part(text=text)])
@@ -828,20 +817,4 @@ def test_an_adk_session_replays_matched_offline_and_a_changed_input_diverges(tmp
     pytest.importorskip("google.adk", reason="the adk extra is not installed")
     from journal.adapters.adk import journal_session_id
 
-    sid = journal_session_id("shop", "u1", "s1")
-    with journal.open(tmp_path / "j.db") as j:
-        adk_agent(j, sid, ["Pay the first bill", "Pay the second bill"], _LiveFrameworks(), _LiveFrameworks())
-        recording = Recording.load(j, sid)
-    assert recording.inputs == ["Pay the first bill", "Pay the second bill"]
-    assert [len(t.steps) for t in recording.turns] == [2, 2]
-    paid = len(fw_paid)
-    with no_network():
-        verdict = recording.replay(adk_agent)
-    assert verdict.matched, verdict.divergence
-    assert (verdict.steps, verdict.real_calls, verdict.recorded_calls) == (4, 0, 2) and len(fw_paid) == paid
-
-    def rephrased(j: journal.Journal, session_id: str, inputs: list[Any], model: Any, tools: Any) -> None:
-        adk_agent(j, session_id, [inputs[0], "Pay the other bill"], model, tools)
-
-    d = recording.replay(rephrased).divergence
-    assert d is not None and (d.turn, d.step) == (2, 1) and '+user: "Pay the other bill"' in d.diff
+    _two_bills(tmp_path / "j.db", journal_session_id("shop", "u1", "s1"), adk_agent, _LiveFrameworks(), fw_paid)

@@ -4,7 +4,7 @@
 interfaces of ``journal.store.base``, and the library's own errors.
 """
 
-from journal.store.base import Database, Store, UniqueViolation
+from journal.store.base import INSERT_EVENT, Database, EventRow, Store, UniqueViolation
 from journal.store.sqlite import (
     APPLICATION_ID,
     DEFAULT_BUSY_TIMEOUT_MS,
@@ -21,10 +21,12 @@ from journal.store.statements import Statements
 __all__ = [
     "APPLICATION_ID",
     "DEFAULT_BUSY_TIMEOUT_MS",
+    "INSERT_EVENT",
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "SQLITE_HEADER",
     "Database",
+    "EventRow",
     "SqliteDatabase",
     "SqliteStore",
     "Statements",

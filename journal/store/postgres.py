@@ -545,8 +545,8 @@ class PostgresStore(Transactions[psycopg.Connection, PgDatabase]):
     def _upgrade(self, conn: psycopg.Connection) -> None:
         """Bring a version-6 schema made before session_meta's index held digests, and a schema
         whose row trigger predates ``journal.derived``, up to date (the same version: its tables
-        and rows are unchanged). A read-only open reads the old one as
-        it is (the lookup is the same, without the index)."""
+        and rows are unchanged). A read-only open reads the old one as it is (the lookup is the
+        same without the index; only recovery, a write, gains from the trigger)."""
         try:
             (current,) = _row(conn.execute(_UPGRADED).fetchone())
             (trigger,) = _row(conn.execute(_TRIGGER_CURRENT).fetchone())
