@@ -190,9 +190,82 @@ SUBMISSION_COLUMNS = (
 )
 
 
+OLD_GATE_TAIL = "\n AND NOT EXISTS (SELECT 1 FROM derived_by_statement)"
+
+
+def undo_v8(conn: apsw.Connection) -> None:
+    """Take a current file back to version 7's schema: no derived_by_statement, and the gate
+    trigger that always derives, row by row."""
+    (gate,) = [s for s in store.schema_statements(("TRIGGER",)) if s.split(None, 3)[2] == "events_derived"]
+    assert gate.count(OLD_GATE_TAIL) == 1
+    conn.execute("DROP TRIGGER events_derived; DROP TABLE derived_by_statement")
+    conn.execute(gate.replace(OLD_GATE_TAIL, ""))
+
+
+def make_v7_journal(path: Path) -> None:
+    """A version-7 file holding three sessions killed mid-tool (one call dispatched, one not)."""
+    with journal.open(path) as j:
+        for n in range(3):
+            sid = f"s{n}"
+            j.create_session(sid)
+            calls = [
+                {"id": f"c{n}a", "name": "pay", "arguments": {}},
+                {"id": f"c{n}b", "name": "mail", "arguments": {}},
+            ]
+            j.append_many(
+                sid,
+                [
+                    ("user_message", {"content": "pay"}),
+                    ("turn_start", {"turn": 1}),
+                    ("step_start", {"turn": 1, "step": 1}),
+                    ("assistant_message", {"content": "", "tool_calls": calls}),
+                    ("tool_call", {"id": f"c{n}a", "name": "pay"}),
+                ],
+            )
+    conn = apsw.Connection(str(path))
+    with conn:
+        undo_v8(conn)
+        conn.pragma("user_version", 7)
+    conn.close()
+
+
+def test_g13_a_version_7_journal_is_read_as_it_is_and_migrated_by_a_writable_open(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    make_v7_journal(path)
+    apsw.Connection(str(path)).close()  # fold the WAL in, so the bytes below are the whole file
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    with journal.open(path, readonly=True) as j:
+        assert len(j.scan().open_turns) == 3
+        assert j.check() == []
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == digest
+    with journal.open(path) as j:
+        repaired = {
+            r.session_id: [(e.type, e.data.get("metadata", {}).get("risk")) for e in r.appended] for r in j.recover()
+        }
+        assert repaired == {
+            f"s{n}": [("tool_result", "tool_outcome_unknown"), ("tool_result", "tool_not_started"), ("turn_end", None)]
+            for n in range(3)
+        }
+        assert j.scan().clean
+        assert j.check() == []  # the derived state written by statement is what the log says
+    new = tmp_path / "new.db"
+    journal.open(new).close()
+    assert schema_objects(path) == schema_objects(new)
+    assert _raw(path, "SELECT count(*) FROM derived_by_statement") == [(0,)]
+    assert _raw(path, "SELECT DISTINCT phase, end_reason, revision FROM turn_journal") == [
+        ("committed", "interrupted", 3)
+    ]
+    assert _raw(path, "SELECT DISTINCT state FROM tool_calls") == [("resolved",)]
+    conn = apsw.Connection(str(path))
+    assert conn.pragma("user_version") == store.SCHEMA_VERSION == 8
+    assert conn.pragma("integrity_check") == "ok"
+    conn.close()
+
+
 def undo_v7(conn: apsw.Connection) -> None:
     """Take a current file back to version 6's schema: submissions without their ordinal (in
     rowid order instead), state values of JSON kept as text."""
+    undo_v8(conn)
     (create,) = [s for s in store.schema_statements(("TABLE",)) if s.split(None, 3)[2] == "submissions"]
     ordinal = create[create.index("    -- The order submissions") : create.index("    CHECK ((state = 'running')")]
     conn.execute(create.replace(ordinal, "").replace("TABLE submissions (", "TABLE submissions_v6 (", 1))
@@ -272,7 +345,7 @@ def test_g13_a_version_3_journal_gains_the_listing_index_keeping_every_row(tmp_p
     assert schema_objects(old) == schema_objects(new)
     assert index_sql(old, "sessions_created") == index_sql(new, "sessions_created") is not None
     conn = apsw.Connection(str(old))
-    assert conn.pragma("user_version") == store.SCHEMA_VERSION == 7
+    assert conn.pragma("user_version") == store.SCHEMA_VERSION == 8
     assert conn.pragma("integrity_check") == "ok"
     conn.close()
 
@@ -436,7 +509,7 @@ def test_g13_a_version_6_journal_gains_the_submission_order_and_keeps_every_row(
     journal.open(new).close()
     assert schema_objects(old) == schema_objects(new)
     conn = apsw.Connection(str(old))
-    assert conn.pragma("user_version") == store.SCHEMA_VERSION == 7
+    assert conn.pragma("user_version") == store.SCHEMA_VERSION == 8
     assert conn.pragma("integrity_check") == "ok"
     conn.close()
 

@@ -444,7 +444,7 @@ CURRENT_TRIGGER = (
 )
 
 
-def test_a_row_trigger_older_than_derived_by_statement_is_upgraded_by_a_write_open_and_recovery_writes_state_once(
+def test_a_version_7_row_trigger_is_migrated_by_a_write_open_and_recovery_writes_derived_state_once(
     pg_dsn: str,
 ) -> None:
     from journal.store.postgres import _trigger_upgrade
@@ -454,9 +454,15 @@ def test_a_row_trigger_older_than_derived_by_statement_is_upgraded_by_a_write_op
         "\n       AND current_setting('journal.derived', true) IS DISTINCT FROM 'statement' THEN", " THEN"
     )
     assert "current_setting('journal.derived'" not in old
-    with Raw(pg_dsn) as raw:  # the function as schema_pg.sql made it until now
+    with Raw(pg_dsn) as raw:  # the function as schema_pg.sql made it in version 7
         raw.execute(old)
+        raw.execute("UPDATE journal_meta SET schema_version = 7")
         assert raw.execute(CURRENT_TRIGGER) == [(False,)]
+    with journal.open(pg_dsn, readonly=True) as j:  # read as it is: nothing is changed
+        assert j.sessions() == []
+    with Raw(pg_dsn) as raw:
+        assert raw.execute(CURRENT_TRIGGER) == [(False,)]
+        assert raw.execute("SELECT schema_version FROM journal_meta") == [(7,)]
     with journal.open(pg_dsn) as j:
         for n in range(3):
             sid = f"s{n}"
@@ -482,3 +488,4 @@ def test_a_row_trigger_older_than_derived_by_statement_is_upgraded_by_a_write_op
         ]
         assert raw.execute("SELECT DISTINCT state FROM tool_calls") == [("resolved",)]
         assert raw.execute(CURRENT_TRIGGER) == [(True,)]
+        assert raw.execute("SELECT schema_version FROM journal_meta") == [(8,)]

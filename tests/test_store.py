@@ -306,3 +306,21 @@ def test_a_readonly_open_in_a_directory_it_cannot_write_reads_past_a_wal_without
     _journal_with_events(path, 2)
     Path(f"{path}-wal").write_bytes(b"")  # left empty by a writer that checkpointed and truncated
     assert _read_in_a_read_only_directory(path) == {"count": 2}
+
+
+def test_a_batch_of_repairs_refused_midway_leaves_the_derived_switch_off(db_path: Path) -> None:
+    """``insert_repairs`` turns the gate trigger's derived part off for its rows only: a row the
+    schema refuses (here G4: a seq that does not continue the log) leaves the switch off again
+    inside the transaction, so the appends after it are derived as always."""
+    with journal.open(db_path) as j:
+        j.create_session("s")
+        j.append_many("s", [("turn_start", {"turn": 1})])
+        with j._store.write("test") as db:
+            with pytest.raises(journal.SchemaViolation):
+                db.insert_repairs(
+                    [("s", 5, "turn_end", '{"reason":"interrupted"}', 1)], [], [("s", 0, 5, "interrupted")]
+                )
+            assert db.value("SELECT count(*) FROM derived_by_statement") == 0
+            db.insert_events([("s", 1, "turn_end", '{"turn":1}', 1)])
+        assert j.check() == []
+        assert j.scan().clean  # the turn_end after the refusal was derived: the turn is closed

@@ -51,6 +51,7 @@ from journal.errors import (
 )
 from journal.model import Durability, WriteOutcome
 from journal.store.base import (
+    INSERT_EVENT,
     EndRow,
     EventRow,
     ResultRow,
@@ -59,13 +60,15 @@ from journal.store.base import (
     UniqueViolation,
     lone_surrogate,
 )
-from journal.store.postgres_sql import INSERT_EVENTS, INSERT_REPAIRS, STATEMENTS
+from journal.store.postgres_sql import APPEND_ONE, INSERT_EVENTS, INSERT_REPAIRS, STATEMENTS
 from journal.store.postgres_sql import PREVIEWS_AT_SQL as PREVIEWS_AT_SQL  # (where they were: tests name them here)
 from journal.store.postgres_sql import PREVIEWS_SQL as PREVIEWS_SQL
 from journal.store.target import redact, secrets
 
 APPLICATION = "journal"
-SCHEMA_VERSION = 7  # the same version as the SQLite file's: the same tables and guarantees
+SCHEMA_VERSION = 8  # the same version as the SQLite file's: the same tables and guarantees
+# A schema of version 7 reads as version 8 does (only recovery's writes differ): a read-only
+# open reads it as it is.
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
 
 
@@ -261,14 +264,6 @@ ALTER TABLE session_meta DROP CONSTRAINT IF EXISTS session_meta_pkey;
 CREATE INDEX IF NOT EXISTS session_meta_match ON session_meta (md5(key), type, md5(value));
 CREATE INDEX IF NOT EXISTS session_meta_session ON session_meta (session_id);
 """
-# A schema_pg.sql of version 7 made before recovery wrote its derived state by statement: its
-# row trigger keeps it always (recovery's statements then find it written and change nothing:
-# right, but the per-row cost stays). _trigger_upgrade replaces the trigger's function with
-# today's (the same version: tables and rows unchanged).
-_TRIGGER_CURRENT = (
-    "SELECT coalesce(bool_and(prosrc LIKE '%current_setting(''journal.derived''%'), false) FROM pg_proc "
-    "WHERE proname = 'journal_events_insert' AND pronamespace = current_schema()::regnamespace"
-)
 
 
 def _trigger_upgrade() -> str:
@@ -280,11 +275,14 @@ def _trigger_upgrade() -> str:
 
 
 # Each migration takes a schema from its version to the next, inside one write transaction (the
-# SQLite file's versions: 7 names the submission order ``ordinal``; state values were bytes here
-# already).
+# SQLite file's versions: 7 names the submission order ``ordinal``, state values were bytes here
+# already; 8: recovery writes a batch's derived state by statement, its row trigger's part off
+# under ``journal.derived``, so the trigger's function is today's).
 MIGRATIONS: dict[int, str] = {
     6: "ALTER TABLE submissions RENAME COLUMN rowid TO ordinal",
+    7: _trigger_upgrade(),
 }
+_READABLE_FROM = 7  # the oldest version a read-only open reads as it is
 # journal_meta as schema_pg.sql makes it: a table of that name and another shape is not a stamp.
 _META_COLUMNS = [("one", "integer"), ("application", "text"), ("schema_version", "integer")]
 
@@ -499,7 +497,7 @@ class PostgresStore(Transactions[psycopg.Connection, PgDatabase]):
             raise SchemaTooNew(self.path, version, SCHEMA_VERSION)
         if version < SCHEMA_VERSION and version not in MIGRATIONS:
             raise NotAJournal(self.path, f"a journal schema of version {version}, which no version made")
-        if version < SCHEMA_VERSION and self.readonly:
+        if version < _READABLE_FROM and self.readonly:
             raise NotAJournal(self.path, f"a journal schema of version {version}: open it writable once to migrate it")
 
     def _prepare_schema(self) -> None:
@@ -543,22 +541,17 @@ class PostgresStore(Transactions[psycopg.Connection, PgDatabase]):
                 conn.execute("UPDATE journal_meta SET schema_version = %s", (version,))
 
     def _upgrade(self, conn: psycopg.Connection) -> None:
-        """Bring a version-6 schema made before session_meta's index held digests, and a schema
-        whose row trigger predates ``journal.derived``, up to date (the same version: its tables
-        and rows are unchanged). A read-only open reads the old one as it is (the lookup is the
-        same without the index; only recovery, a write, gains from the trigger)."""
+        """Bring a version-6 schema made before session_meta's index held digests up to date
+        (the same version: its tables and rows are unchanged). A read-only open reads the old
+        one as it is (the lookup is the same without the index)."""
         try:
             (current,) = _row(conn.execute(_UPGRADED).fetchone())
-            (trigger,) = _row(conn.execute(_TRIGGER_CURRENT).fetchone())
         except psycopg.Error as exc:
             raise self._translate(exc, "open", outcome=WriteOutcome.ABSENT) from exc
-        if current and trigger:
+        if current:
             return
         with self.write("upgrade_schema"):  # idempotent: another process may be doing it too
-            if not current:
-                conn.execute(_UPGRADE)
-            if not trigger:
-                conn.execute(_trigger_upgrade())
+            conn.execute(_UPGRADE)
 
     # -- transactions: the primitives under journal.store.base.Transactions ----------------------
 
@@ -614,15 +607,23 @@ class PostgresStore(Transactions[psycopg.Connection, PgDatabase]):
     def _autocommit(
         self, conn: psycopg.Connection, operation: str, sql: str, bindings: Any, sessions: Sequence[str] | None
     ) -> int:
-        """BEGIN, the locks, the statement and COMMIT in one round trip. After an error the
+        """BEGIN, the locks, the statement and COMMIT in one round trip (a lone append: one
+        prepared statement taking the locks, in an implicit transaction). After an error the
         server skips the rest: a refused statement, or a lock not had in time, committed nothing
         (raised translated); any other error (the connection lost) leaves the outcome unknown,
         as a failed COMMIT does."""
+        lone_append = sql == INSERT_EVENT and sessions is not None and len(sessions) == 1
+        if lone_append:  # one prepared statement that takes the locks itself (APPEND_ONE)
+            assert sessions is not None
+            sql, bindings = APPEND_ONE, (lock_key(self.schema), lock_key(self.schema, sessions[0]), *bindings)
         text, order, _ = pg_sql(sql)
         if order is not None:
             bindings = [bindings[i] for i in order]
         try:
-            cursor = _script(conn, self._begin_sql(sessions), text, bindings, "COMMIT")
+            if lone_append:
+                cursor = conn.execute(text, bindings, prepare=True)
+            else:
+                cursor = _script(conn, self._begin_sql(sessions), text, bindings, "COMMIT")
         except BaseException as exc:
             if _unsent(exc):
                 raise _bad_value(exc) from exc

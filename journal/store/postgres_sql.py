@@ -227,6 +227,19 @@ STATEMENTS = Statements(
     ),
 )
 
+# A lone append committed alone (the store's ``INSERT_EVENT`` through ``write_one``): one prepared
+# statement in an implicit transaction, one round trip. Its CTE takes the journal's lock shared,
+# then the session's, before the INSERT reads it; the schema's row trigger then checks the row's
+# place (G4) with queries of its own, which see every write committed before the locks were
+# granted (a PL/pgSQL trigger's queries each take a fresh snapshot). Bindings: the two lock keys,
+# then the five event columns.
+APPEND_ONE = (
+    "WITH lock AS MATERIALIZED "
+    "(SELECT pg_advisory_xact_lock_shared(?1) AS journal, pg_advisory_xact_lock(?2) AS session) "
+    "INSERT INTO events (session_id, seq, type, data, time_ms) "
+    "SELECT CAST(?3 AS text), CAST(?4 AS bigint), CAST(?5 AS text), CAST(?6 AS text), CAST(?7 AS bigint) FROM lock"
+)
+
 # A batch of event rows in one statement (``PgDatabase.insert_events``): the columns as arrays,
 # inserted in the batch's order (the schema's trigger checks each seq against the row before it).
 INSERT_EVENTS = (

@@ -11,6 +11,7 @@ before SQLite may touch it (G13).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import threading
@@ -46,10 +47,10 @@ from journal.store.base import (
     UniqueViolation,
     lone_surrogate,
 )
+from journal.store.sqlite_sql import CLOSE_TURNS_SQL, RESOLVE_CALLS_SQL, STATEMENTS
 from journal.store.sqlite_sql import OPEN_WORK_SQL as OPEN_WORK_SQL  # (where they were: tests name them here)
 from journal.store.sqlite_sql import PREVIEWS_AT_SQL as PREVIEWS_AT_SQL
 from journal.store.sqlite_sql import PREVIEWS_SQL as PREVIEWS_SQL
-from journal.store.sqlite_sql import STATEMENTS
 
 APPLICATION_ID = 0x4A524E4C  # "JRNL"
 # 2: the derived-state triggers became one gate trigger and a view; the seq trigger one lookup.
@@ -60,7 +61,8 @@ APPLICATION_ID = 0x4A524E4C  # "JRNL"
 #    compactions with retracts.
 # 7: submissions are ordered by their own column (ordinal), not by rowid; state values are bytes
 #    (a JSON value's UTF-8 text), as on PostgreSQL.
-SCHEMA_VERSION = 7
+# 8: recovery writes the derived state of a batch of repairs by statement (derived_by_statement).
+SCHEMA_VERSION = 8
 SQLITE_HEADER = _header.SQLITE_HEADER
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
 
@@ -92,6 +94,7 @@ def _migrate_1(db: SqliteDatabase) -> None:
     for kind, name in list(db.execute("SELECT type, name FROM sqlite_schema WHERE type IN ('trigger', 'view')")):
         db.execute(f'DROP {kind.upper()} "{name}"')
     db.execute("ALTER TABLE sessions DROP COLUMN copy_until")
+    _create_derived_by_statement(db)  # today's gate trigger reads it (ALTER TABLE checks triggers)
     for statement in schema_statements(("VIEW", "TRIGGER")):
         db.execute(statement)
 
@@ -216,6 +219,22 @@ def _migrate_6(db: SqliteDatabase) -> None:
     )
 
 
+def _migrate_7(db: SqliteDatabase) -> None:
+    """Version 7 to 8: the table whose row, inside recovery's transaction, turns the gate
+    trigger's derived part off for a batch of repairs, and the gate that reads it. No row is
+    read or rewritten."""
+    _create_derived_by_statement(db)
+    db.execute("DROP TRIGGER IF EXISTS events_derived")
+    (gate,) = [s for s in schema_statements(("TRIGGER",)) if s.split(None, 3)[2] == "events_derived"]
+    db.execute(gate)
+
+
+def _create_derived_by_statement(db: SqliteDatabase) -> None:
+    """The table as schema.sql makes it, unless a migration before made it already."""
+    (create,) = [s for s in schema_statements(("TABLE",)) if s.split(None, 3)[2] == "derived_by_statement"]
+    db.execute(create.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1))
+
+
 # Each migration takes a file from its version to the next, inside the opening transaction.
 MIGRATIONS: dict[int, Callable[[SqliteDatabase], None]] = {
     1: _migrate_1,
@@ -224,6 +243,7 @@ MIGRATIONS: dict[int, Callable[[SqliteDatabase], None]] = {
     4: _migrate_4,
     5: _migrate_5,
     6: _migrate_6,
+    7: _migrate_7,
 }
 
 
@@ -308,7 +328,21 @@ class SqliteDatabase:
             self.executemany(INSERT_EVENT, rows)
 
     def insert_repairs(self, rows: Sequence[EventRow], results: Sequence[ResultRow], ends: Sequence[EndRow]) -> None:
-        self.insert_events(rows)  # the triggers keep the derived state, row by row
+        """The rows with the gate trigger's derived part off (a row in ``derived_by_statement``,
+        deleted again whatever happens), then the derived state of the batch in one statement
+        each (``RESOLVE_CALLS_SQL``, ``CLOSE_TURNS_SQL``). G4's trigger still checks each row."""
+        if not rows:
+            return
+        self.execute("INSERT INTO derived_by_statement (one) VALUES (1)")
+        try:
+            self.executemany(INSERT_EVENT, rows)
+            if results:
+                self.execute(RESOLVE_CALLS_SQL, (json.dumps(results),))
+            if ends:
+                self.execute(CLOSE_TURNS_SQL, (json.dumps(ends),))
+        finally:
+            if self._conn.in_transaction:
+                self._conn.execute("DELETE FROM derived_by_statement")
 
     def one(self, sql: str, bindings: Any = None) -> tuple[Any, ...] | None:
         """The first row, or ``None``."""
@@ -564,13 +598,13 @@ class SqliteStore(Transactions[apsw.Connection, SqliteDatabase]):
             self._checkpoint_new_file()
 
     def _present_as_current(self, version: int) -> None:
-        """For a read-only connection to a journal older than version 7: temporary objects (in
+        """For a read-only connection to a journal older than version 8: temporary objects (in
         the connection's own temp database, never the file) that give its reads today's shape —
         submissions numbered by their rowids; before version 6, events without idempotency keys,
         no keyed state, the metas' entries listed from the sessions themselves. (A version older
         than 5 also lacks the compactions table: the transcript reads its tail by folding; a
         version-6 file's state values are JSON text, which the state part reads too.)"""
-        if version >= SCHEMA_VERSION:
+        if version >= 7:  # version 7 differs from 8 only in how recovery writes
             return
         self._conn.execute("CREATE TEMP VIEW submissions AS SELECT *, rowid AS ordinal FROM main.submissions")
         if version >= 6:

@@ -84,6 +84,24 @@ LEFT JOIN events AS e ON e.session_id = c.session_id AND e.seq = c.requested_seq
 LEFT JOIN json_each(e.data, '$.tool_calls') AS j ON j.type = 'object' AND j.value ->> '$.id' = c.call_id
 ORDER BY o.sid, o.start_seq, c.requested_seq, j.key"""
 
+# Recovery's repairs of a batch (``SqliteDatabase.insert_repairs``): with a row in
+# ``derived_by_statement`` the schema's gate trigger leaves these rows' derived state to the two
+# statements below, which write exactly what it writes for a ``tool_result`` (the call resolved)
+# and a ``turn_end`` (its turn closed): one statement each for the batch, not the trigger's
+# sub-program per row. Bindings: a JSON array of the results' ``[session, call, name, seq]``;
+# one of the ends' ``[session, turn start, seq, reason]``.
+RESOLVE_CALLS_SQL = (
+    "INSERT INTO tool_calls (session_id, call_id, name, result_seq, state) "
+    "SELECT r.value ->> 0, r.value ->> 1, r.value ->> 2, r.value ->> 3, 'resolved' FROM json_each(?1) AS r WHERE true "
+    "ON CONFLICT (session_id, call_id) DO UPDATE SET result_seq = excluded.result_seq, state = 'resolved'"
+)
+CLOSE_TURNS_SQL = (
+    "UPDATE turn_journal SET phase = 'committed', end_seq = u.seq, revision = revision + 1, step_open = 0, "
+    "end_reason = CASE WHEN u.reason IN ('complete', 'rejected', 'interrupted') THEN u.reason END "
+    "FROM (SELECT value ->> 0 AS sid, value ->> 1 AS start, value ->> 2 AS seq, value ->> 3 AS reason "
+    "FROM json_each(?1)) AS u WHERE session_id = u.sid AND start_seq = u.start AND end_seq IS NULL"
+)
+
 _OPEN_TURNS = (
     "SELECT t.session_id, t.start_seq, t.turn, t.phase, t.attempt, t.submission_id, t.owner, "
     "q.state, q.lease_owner, q.lease_expires_ms FROM turn_journal AS t INDEXED BY turn_journal_open "
