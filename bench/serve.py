@@ -3,6 +3,7 @@ with ``--pages``, how long its pages take on a big file.
 
     python bench/serve.py [--events 20] [--mib 4] [--idle-s 10] [--rounds 3] [--json]
     python bench/serve.py --pages [--sessions 100000] [--long-events 50000] [--runs 7] [--json]
+    python bench/serve.py --timeline [--timeline-events 100000] [--runs 5] [--json]
 
 Builds a journal under a temporary directory with one session of ``--events`` events (user and
 assistant messages in turn) whose content is ``--mib`` MiB each, starts ``journal serve --db FILE
@@ -31,6 +32,16 @@ of the large messages, API reads): the median over ``--runs`` requests of the se
 from an append returning to the live stream sending the event (``live``), over ``--runs``
 appends. The tests check what does not depend on the machine (tests/test_serve.py: a page's
 statements and rows do not grow with the file); the times are measured here, with the load.
+
+``--timeline`` builds one session of ``--timeline-events`` events (turns of eleven: a user
+message, a step with a tool call, a step with the answer; every 50th call an error, one turn in
+the middle killed mid-call and recovered) and measures its timeline (``journal.serve.timeline``:
+the default window, its last 20,000 events, and the widest, 100,000 from seq 0) in a fresh
+child process each run: wall and CPU seconds and the child's
+peak RSS (``ru_maxrss``, which includes the interpreter and the library: the RSS of a child that
+only opens the journal is given beside it), medians of ``--runs``; then once under
+``tracemalloc``, its peak of Python memory. Then, served in this process, the timeline page,
+its JSON and the page of one aggregated lane (``?since=&until=``), as ``--pages`` times pages.
 """
 
 from __future__ import annotations
@@ -189,6 +200,163 @@ def run_pages(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def build_timeline(db: Path, events: int) -> None:
+    """``long``: ``events`` events in turns of eleven, one of them crashed and recovered."""
+    with journal.open(db, durability="normal") as j:
+        j.create_session("long")
+        items: list[tuple[str, dict[str, Any]]] = []
+        turn, written, crashed = 0, 0, False
+        while written + 11 <= events:
+            turn += 1
+            if not crashed and written >= events // 2:  # a real crash: dispatched, no result, recovered
+                j.append_many("long", items)
+                items, crashed = [], True
+                started = j.turn_start("long")
+                j.step_start(started)
+                started.assistant("", tool_calls=[{"id": f"c{turn}", "name": "wire_money", "arguments": {"cents": 1}}])
+                started.dispatch(f"c{turn}")
+                j.recover("long")
+                written = j.count("long")
+                continue
+            call = {"id": f"c{turn}", "name": f"tool_{turn % 7}", "arguments": {"q": "x" * 200}}
+            items += [
+                ("turn_start", {"turn": turn}),
+                ("user_message", {"content": f"question {turn} " + "q" * 300}),
+                ("step_start", {"turn": turn, "step": 1}),
+                ("assistant_message", {"content": "let me look", "tool_calls": [call], "stop_reason": "tool_use"}),
+                ("tool_call", call),
+                ("tool_result", {"tool_call_id": call["id"], "content": "found " * 100, "is_error": turn % 50 == 0}),
+                ("step_end", {"turn": turn, "step": 1, "outcome": "ok"}),
+                ("step_start", {"turn": turn, "step": 2}),
+                ("assistant_message", {"content": "an answer " * 30, "stop_reason": "stop"}),
+                ("step_end", {"turn": turn, "step": 2, "outcome": "ok"}),
+                ("turn_end", {"turn": turn, "steps": 2, "reason": "complete"}),
+            ]
+            written += 11
+            if len(items) >= 2200:
+                j.append_many("long", items)
+                items = []
+        if items:
+            j.append_many("long", items)
+
+
+TIMELINE_CHILD = """
+import json, resource, sys, time, tracemalloc
+import journal
+from journal.serve.timeline import timeline
+db, session_id, how, since = sys.argv[1:5]
+with journal.open(db, readonly=True) as j:
+    j.count(session_id)
+    opened_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if how == "trace":
+        tracemalloc.start()
+    started, cpu = time.perf_counter(), time.process_time()
+    drawn = None if how == "open" else timeline(j, session_id, since=None if since == "-" else int(since))
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    print(json.dumps({
+        "wall_s": wall, "cpu_s": cpu, "opened_rss_kib": opened_kib,
+        "rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "traced_peak_kib": tracemalloc.get_traced_memory()[1] // 1024 if how == "trace" else None,
+        "events": drawn and drawn.events, "lanes": drawn and len(drawn.lanes),
+        "elements": drawn and drawn.elements, "aggregated": drawn and drawn.aggregated,
+    }))
+"""
+
+
+def timeline_child(db: Path, how: str, since: int | None = None) -> dict[str, Any]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run(
+        [sys.executable, "-c", TIMELINE_CHILD, str(db), "long", how, "-" if since is None else str(since)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    return json.loads(out.stdout)
+
+
+def run_timeline(args: argparse.Namespace) -> dict[str, Any]:
+    from journal.serve.app import run
+
+    with tempfile.TemporaryDirectory(prefix="journal-bench-timeline-") as directory:
+        db = Path(directory) / "timeline.db"
+        started = time.perf_counter()
+        build_timeline(db, args.timeline_events)
+        built_s = time.perf_counter() - started
+        timeline_child(db, "run", 0)  # warm the page cache
+        passes = {}
+        for name, since in (("default", None), ("widest", 0)):  # the last 20,000 events; from seq 0
+            runs = [timeline_child(db, "run", since) for _ in range(args.runs)]
+            traced = timeline_child(db, "trace", since)
+            passes[name] = {
+                "drawn": {k: runs[0][k] for k in ("events", "lanes", "elements", "aggregated")},
+                "wall_s": round(statistics.median(r["wall_s"] for r in runs), 2),
+                "cpu_s": round(statistics.median(r["cpu_s"] for r in runs), 2),
+                "rss_kib": max(r["rss_kib"] for r in runs),
+                "traced_peak_kib": traced["traced_peak_kib"],
+            }
+        opened = timeline_child(db, "open")
+        viewer = run(str(db), host="127.0.0.1", port=0)
+        try:
+            doc = json.loads(timed_get(viewer.port, "/api/sessions/long/timeline?since=0")[2])
+            lane = doc["lanes"][len(doc["lanes"]) // 2]
+            zoom = f"/sessions/long/timeline?since={lane['seq']}&until={lane['end_seq'] + 1}"
+            rows = []
+            for what, path, expected in (
+                ("the timeline page (its last 20,000 events)", "/sessions/long/timeline", "svg"),
+                ("its JSON", "/api/sessions/long/timeline", '"lanes"'),
+                ("the timeline page from seq 0 (100,000 events)", "/sessions/long/timeline?since=0", "svg"),
+                ("its JSON", "/api/sessions/long/timeline?since=0", '"lanes"'),
+                (f"one aggregated lane's timeline ({lane['end_seq'] - lane['seq'] + 1} events)", zoom, "data-call-id"),
+            ):
+                timed = [timed_get(viewer.port, path) for _ in range(args.runs)]
+                if expected.encode() not in timed[-1][2]:
+                    raise RuntimeError(f"{path}: {expected!r} not in the answer")
+                rows.append(
+                    {
+                        "page": what,
+                        "path": path,
+                        "server_ms": round(statistics.median(r[0] for r in timed), 1),
+                        "wall_ms": round(statistics.median(r[1] for r in timed), 1),
+                        "bytes": len(timed[-1][2]),
+                    }
+                )
+        finally:
+            viewer.shutdown()
+            viewer.server_close()
+    return {
+        "events": args.timeline_events,
+        "runs": args.runs,
+        "build_s": round(built_s, 1),
+        "load_average": load_average(),
+        "passes": passes,
+        "opened_rss_kib": opened["rss_kib"],
+        "pages": rows,
+    }
+
+
+def report_timeline(report: dict[str, Any], *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(report, indent=2))
+        return
+    print(
+        f"the timeline of a {report['events']:,}-event session (built in {report['build_s']} s), medians of "
+        f"{report['runs']} runs; load average {report['load_average']}; a child that only opens the journal: "
+        f"peak RSS {report['opened_rss_kib'] / 1024:.1f} MiB"
+    )
+    for name, p in report["passes"].items():
+        d = p["drawn"]
+        print(
+            f"  {name:8} {d['events']:,} events, {d['lanes']} lanes, {d['elements']} elements "
+            f"(aggregated: {d['aggregated']}): {p['wall_s']} s wall, {p['cpu_s']} s CPU in a fresh child, "
+            f"its peak RSS {p['rss_kib'] / 1024:.1f} MiB, tracemalloc peak {p['traced_peak_kib'] / 1024:.1f} MiB"
+        )
+    print(f"  {'page':48} {'server ms':>10} {'wall ms':>9} {'bytes':>9}")
+    for row in report["pages"]:
+        print(f"  {row['page']:48} {row['server_ms']:10.1f} {row['wall_ms']:9.1f} {row['bytes']:9d}")
+
+
 def load_average() -> str:
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
@@ -329,7 +497,12 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=100_000)
     parser.add_argument("--long-events", type=int, default=50_000)
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--timeline", action="store_true", help="measure a long session's timeline instead")
+    parser.add_argument("--timeline-events", type=int, default=100_000)
     args = parser.parse_args()
+    if args.timeline:
+        report_timeline(run_timeline(args), as_json=args.json)
+        return
     if args.pages:
         report_pages(run_pages(args), as_json=args.json)
         return

@@ -2,7 +2,8 @@
 
 Each function returns the document ``journal sessions|show|scan|indeterminate --json`` prints for
 the same file, as text chunks of the same bytes (``journal.escape.dumps`` with ``indent=2``), so
-a script can move between the two without noticing. Long documents (every session of the file,
+a script can move between the two without noticing. The timeline and the fork tree, which no
+command prints, are laid out the same way (their shapes: docs/serve.md). Long documents (every session of the file,
 a whole log) are produced a page at a time: the server's memory follows the page, not the file.
 """
 
@@ -15,6 +16,8 @@ import attrs
 
 from journal import InvalidArgument, Journal, Session
 from journal.escape import dumps
+from journal.serve.forks import fork_tree
+from journal.serve.timeline import timeline as _timeline
 
 # Rows read per query when a whole listing or a whole log is streamed.
 PAGE = 1000
@@ -151,3 +154,13 @@ def indeterminate(j: Journal, session_id: str | None = None) -> str:
 def tools(j: Journal, session_id: str | None = None) -> str:
     """``{"tools": [ToolStats.to_dict(), ...]}``: per tool name, most called first (``Journal.tool_stats``)."""
     return whole({"session_id": session_id, "tools": [t.to_dict() for t in j.tool_stats(session_id)]})
+
+
+def timeline(j: Journal, session_id: str, *, since: int | None = None, until: int | None = None) -> str:
+    """The session's timeline, what its page draws (``journal.serve.timeline.Timeline.to_dict``)."""
+    return whole(_timeline(j, session_id, since=since, until=until).to_dict())
+
+
+def forks(j: Journal, session_id: str, *, after: str | None = None) -> str:
+    """The session's fork tree, what its page draws (``journal.serve.forks.ForkTree.to_dict``)."""
+    return whole(fork_tree(j, j.session(session_id), after=after).to_dict())

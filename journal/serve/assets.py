@@ -1,8 +1,9 @@
 """The viewer's one stylesheet and one script, served from ``/static/`` (CSP: ``'self'`` only).
 
 Kept as strings in a module, so they ship with the package whatever the install. The script
-only follows a session live: it opens the page's server-sent event stream and appends each row
-the server rendered (escaped there, like the rest of the page). No page depends on it.
+follows a session live (it opens the page's server-sent event stream and appends each row the
+server rendered, escaped there like the rest of the page) and, on a timeline, copies the focused
+bar's title into the page as text. No page depends on it.
 """
 
 from __future__ import annotations
@@ -56,6 +57,49 @@ td.risk { color: var(--risk); font-weight: 600; }
 dl { display: grid; grid-template-columns: max-content 1fr; gap: 0 1em; margin: .4em 0 0; }
 dt { color: var(--muted); } dd { margin: 0; font-family: ui-monospace, monospace; overflow-wrap: anywhere; }
 .filter { margin: .6em 0; }
+.fork-tree ul.tree, .fork-tree ul.tree ul { list-style: none; margin: .1em 0; padding-left: 1.3em; }
+.fork-tree ul.tree { padding-left: 0; } .fork-tree li::before { content: "└ "; color: var(--muted); }
+.fork-tree ul.tree > li::before { content: ""; } .fork-tree .here { font-weight: 600; }
+.tl-summary, .tl-detail { color: var(--muted); }
+.tl-detail { font-family: ui-monospace, monospace; font-size: 12px; white-space: pre-wrap; overflow-wrap: anywhere;
+             min-height: 3em; border-top: 1px solid var(--line); padding-top: .4em; }
+.tl-scroll { overflow-x: auto; }
+.tl-key .key { display: inline-block; margin-right: 1em; font-size: 12px; }
+.tl-key .key::before { content: ""; display: inline-block; width: 1.4em; height: .7em; margin-right: .35em;
+  vertical-align: middle; background: #0e7490; }
+.tl-key .key-step::before { background: #cbd5e1; } .tl-key .key-model::before { background: #7c3aed; }
+.tl-key .key-error::before { background: var(--warn); } .tl-key .key-risk-unknown::before { background: var(--risk); }
+.tl-key .key-risk-not-started::before { background: transparent; border: 1px dashed var(--muted); }
+.tl-key .key-no-result::before { background: transparent; border: 2px dashed var(--risk); }
+.tl-key .key-indeterminate::before { border: 2px solid #111827; background: var(--risk); }
+.tl-key .key-crash::before { background: repeating-linear-gradient(45deg, var(--risk) 0 3px, transparent 3px 6px); }
+.tl-key .key-late::before { background: var(--warn); width: .7em; transform: rotate(45deg); }
+.tl-key .key-compaction::before { background: #a855f7; width: .7em; }
+svg.timeline { display: block; font: 11px system-ui, sans-serif; }
+svg.timeline text { fill: currentColor; } svg.timeline .axis { fill: var(--muted); font-size: 10px; }
+svg.timeline .tick { stroke: var(--line); }
+svg.timeline .lane-bg { fill: transparent; } svg.timeline .lane-bg.odd { fill: var(--bg2); }
+svg.timeline .lane-label text { font-weight: 600; } svg.timeline .warn { fill: var(--warn); }
+svg.timeline .bar.step .r { fill: #cbd5e1; } svg.timeline .bar.step-error .r { fill: var(--warn); }
+svg.timeline .bar.step-open .r { fill: #fcd34d; }
+svg.timeline .bar.model .r { fill: #7c3aed; }
+svg.timeline .bar.tool .r { fill: #0e7490; } svg.timeline .bar.tool.st-error .r { fill: var(--warn); }
+svg.timeline .bar.tool.risk-unknown .r { fill: var(--risk); }
+svg.timeline .bar.tool.risk-not-started .r, svg.timeline .bar.tool.risk-other .r { fill: transparent;
+  stroke: var(--muted); stroke-dasharray: 3 2; }
+svg.timeline .bar.tool.st-no_result .r { fill: transparent; stroke: var(--risk); stroke-width: 2;
+  stroke-dasharray: 4 2; }
+svg.timeline .bar.tool.state-indeterminate .r { stroke: #111827; stroke-width: 2.5; }
+svg.timeline .bar.tool.state-resolved .r { stroke: var(--ok); stroke-width: 2; }
+svg.timeline .bar-label { font-size: 10px; } svg.timeline .bar-label.risk { fill: var(--risk); font-weight: 700; }
+svg.timeline .bar.tool.risk-not-started .bar-label { fill: var(--muted); }
+svg.timeline .bar.group .r { fill: #64748b; } svg.timeline .bar.group.has-risk .r { fill: #94a3b8; }
+svg.timeline .hatch { fill: var(--risk); } svg.timeline .crash-gap { opacity: .55; }
+svg.timeline .mark.late .shape { fill: var(--warn); } svg.timeline .mark.compaction .shape { fill: #a855f7; }
+svg.timeline .mark.resolution .shape { fill: var(--ok); }
+svg.timeline a:focus { outline: none; }
+svg.timeline a:focus .r, svg.timeline a:hover .r, svg.timeline a:focus .shape, svg.timeline a:hover .shape,
+svg.timeline a:focus .crash-gap { stroke: #2563eb; stroke-width: 2.5; stroke-dasharray: none; }
 """
 
 SCRIPT = """\
@@ -85,5 +129,17 @@ SCRIPT = """\
     }
     if (atBottom) window.scrollTo(0, document.body.scrollHeight);
   };
+})();
+// The timeline: the focused (or hovered) bar's title, copied as text into the line below it.
+(function () {
+  const detail = document.getElementById("tl-detail");
+  if (!detail) return;
+  const show = (event) => {
+    const bar = event.target instanceof Element ? event.target.closest("[data-seq]") : null;
+    const title = bar && bar.querySelector("title");
+    if (title) detail.textContent = title.textContent;
+  };
+  document.addEventListener("focusin", show);
+  document.addEventListener("mouseover", show);
 })();
 """

@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 
 from journal import Event, Session
-from journal.serve.pages import at_seq, risk_marker, text, url, when
+from journal.serve.pages import at_seq, closed_by_recovery, risk_class, risk_marker, synthetic_risk, text, url, when
 from journal.view import is_compaction
 
 
@@ -48,11 +48,7 @@ class Calls:
 
 
 def _risk(event: Event) -> str | None:
-    meta = event.data.get("metadata")
-    if isinstance(meta, dict) and meta.get("synthetic"):
-        risk = meta.get("risk")
-        return risk if isinstance(risk, str) else None
-    return None
+    return synthetic_risk(event.data)
 
 
 class LogRenderer:
@@ -129,7 +125,7 @@ class LogRenderer:
             return "turn", f"turn {d.get('turn')}", "started"
         if t == "turn_end":
             reason = d.get("reason")
-            flag = ' <strong class="warn">closed by recovery after a crash</strong>' if reason == "interrupted" else ""
+            flag = ' <strong class="warn">closed by recovery after a crash</strong>' if closed_by_recovery(d) else ""
             return (
                 "turn",
                 f"turn {d.get('turn', '?')}",
@@ -232,13 +228,7 @@ class LogRenderer:
         error = ' <span class="warn">(error)</span>' if d.get("is_error") and risk is None else ""
         context = f' <span class="notes">{" · ".join(where)}</span>' if where else ""
         body = f'{head} {marker}{synthetic}{error}{context} <span class="content">{text(d.get("content"))}</span>'
-        kind = (
-            "late"
-            if late
-            else (
-                "result risk-" + ("unknown" if risk == "tool_outcome_unknown" else "not-started") if risk else "result"
-            )
-        )
+        kind = "late" if late else f"result {risk_class(risk)}".strip()
         return kind, "late result" if late else "result", body
 
 

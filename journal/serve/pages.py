@@ -6,7 +6,7 @@ sequences, bidi overrides, invisible characters and newlines become visible esca
 command line), then HTML escaping (``<script>``, ``onerror=``, quotes stay characters). Links
 are built here from quoted ids only (``url``), never from content, so a ``javascript:`` in a
 message is text like the rest. The pages hold no script: the one script, ``/static/live.js``,
-only follows a session live, and the page works without it.
+follows a session live and shows a timeline's focused bar, and every page works without it.
 
 Pure functions from library values to strings: the server (``journal.serve.app``) reads, these
 render (a page of the log: ``journal.serve.log_page``).
@@ -18,14 +18,16 @@ import datetime
 import html
 import json
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from journal import Message, MissingResult, ScanReport, Session, ToolStats
 from journal.escape import escape
+from journal.model import Risk, TurnEndReason
 from journal.preview import Clipped
+from journal.serve.forks import ForkNode, ForkTree
 
 CLIP = 2000  # characters of one stored string shown on a page (the API gives it whole)
 MAY_HAVE_RUN = "MAY HAVE RUN — verify before retrying"
@@ -70,13 +72,42 @@ def at_seq(session_id: str, seq: int | None) -> str:
     return url("sessions", session_id, since=max(seq - 20, 0)) + f"#e{seq}"
 
 
+def synthetic_risk(data: Mapping[str, Any]) -> str | None:
+    """The risk a result's data carries when recovery wrote it (a synthetic result: its
+    ``metadata`` says ``synthetic`` and names the risk), else None. The one reading of it that
+    every page (the log, the timeline) uses."""
+    meta = data.get("metadata")
+    if isinstance(meta, dict) and meta.get("synthetic"):
+        risk = meta.get("risk")
+        return risk if isinstance(risk, str) else None
+    return None
+
+
+def closed_by_recovery(data: Mapping[str, Any]) -> bool:
+    """Whether a ``turn_end``'s data says recovery closed the turn after a crash."""
+    return data.get("reason") == TurnEndReason.INTERRUPTED.value
+
+
+def risk_class(risk: str | None) -> str:
+    """The CSS class of a risk: ``risk-unknown`` (may have run), ``risk-not-started``, or ``""``."""
+    if risk == Risk.TOOL_OUTCOME_UNKNOWN.value:
+        return "risk-unknown"
+    if risk == Risk.TOOL_NOT_STARTED.value:
+        return "risk-not-started"
+    return ""
+
+
 def risk_marker(risk: str | None) -> str:
     """The marker of a synthetic result of this risk, as HTML (empty for none)."""
-    if risk == "tool_outcome_unknown":
-        return f'<strong class="marker risk-unknown">{MAY_HAVE_RUN}</strong>'
-    if risk == "tool_not_started":
-        return f'<strong class="marker risk-not-started">{DID_NOT_RUN}</strong>'
+    kind = risk_class(risk)
+    if kind:
+        return f'<strong class="marker {kind}">{risk_words(risk)}</strong>'
     return ""
+
+
+def risk_words(risk: str | None) -> str:
+    """What a risk means, in the words every page shows (empty for none)."""
+    return {"risk-unknown": MAY_HAVE_RUN, "risk-not-started": DID_NOT_RUN}.get(risk_class(risk), "")
 
 
 def layout(title: str, body: str, *, journal_path: str, current: str = "") -> str:
@@ -167,16 +198,8 @@ def _session_row(s: Session, turn: Any, waiting: int) -> str:
 # -- a session ------------------------------------------------------------------------------------
 
 
-@attrs.frozen
-class Forks:
-    """A session's forks found so far, and where to look further (None: nowhere)."""
-
-    found: tuple[Session, ...]
-    more_after: str | None
-
-
-def session_header(s: Session, forks: Forks, view: str) -> str:
-    """The session's facts, its fork parent and forks, and the tabs of its three views."""
+def session_header(s: Session, forks: ForkTree, view: str) -> str:
+    """The session's facts, its fork parent, its forks as a tree, and the tabs of its views."""
     facts = [f"{s.count} events", f"created {when(s.created_ms)}", f"last activity {when(s.last_ms)}"]
     parts = [f'<h1>session <span class="id">{text(s.id)}</span></h1><p>{", ".join(facts)}</p>']
     if s.meta:
@@ -187,23 +210,49 @@ def session_header(s: Session, forks: Forks, view: str) -> str:
             f'<p class="fork">fork of <a class="parent" href="{at_seq(s.parent_id, fork_point)}">'
             f"{text(s.parent_id)}</a> at seq {fork_point} (inherits its events 0..{fork_point})</p>"
         )
-    if forks.found or forks.more_after:
-        links = ", ".join(
-            f'<a class="child" href="{url("sessions", f.id)}">{text(f.id)}</a> at seq {f.seed_length - 1}'
-            for f in forks.found
-        )
-        more = ""
-        if forks.more_after is not None:
-            more = f' <a href="{url("sessions", s.id, view=view, forks_after=forks.more_after)}">more forks</a>'
-        parts.append(f'<p class="forks">forks: {links or "none found yet"}{more}</p>')
+    if forks.ancestors or forks.children or forks.more_after:
+        parts.append(fork_tree_html(forks, view))
     tabs = "".join(
         f'<a href="{url("sessions", s.id, view=None if name == "log" else name)}"'
         f"{' aria-current=page' if name == view else ''}>{label}</a>"
         for name, label in (("log", "Log"), ("messages", "Messages"), ("provider", "Provider view"))
     )
+    current = " aria-current=page" if view == "timeline" else ""
+    tabs += f'<a href="{url("sessions", s.id, "timeline")}"{current}>Timeline</a>'
     tabs += f'<a href="{url("tools", session=s.id)}">Tools</a>'
     parts.append(f'<nav class="tabs">{tabs}</nav>')
     return "".join(parts)
+
+
+def fork_tree_html(tree: ForkTree, view: str) -> str:
+    """The fork tree as nested lists: the fork parents from the root, this session, its forks
+    and theirs, each fork with its fork point (the last seq it inherits)."""
+
+    def point(f: Session) -> str:
+        return f" at seq {f.seed_length - 1}" if f.parent_id is not None else ""
+
+    def node(n: ForkNode, cls: str) -> str:
+        inner = "".join(node(c, "grandchild") for c in n.children)
+        if n.more:
+            inner += f'<li class="more"><a href="{url("sessions", n.session.id)}">more forks of it</a></li>'
+        nested = f"<ul>{inner}</ul>" if inner else ""
+        link = f'<a class="{cls}" href="{url("sessions", n.session.id)}">{text(n.session.id)}</a>'
+        return f"<li>{link}{point(n.session)}{nested}</li>"
+
+    children = "".join(node(c, "child") for c in tree.children)
+    if tree.more_after is not None:
+        shown = view if view in ("messages", "provider") else None  # the timeline's "more" is the session page's
+        more_url = url("sessions", tree.session.id, view=shown, forks_after=tree.more_after)
+        children += f'<li class="more"><a href="{more_url}">more forks</a></li>'
+    here = (
+        f'<li><strong class="here id">{text(tree.session.id)}</strong>{point(tree.session)} (this session)'
+        f"{f'<ul>{children}</ul>' if children else ''}</li>"
+    )
+    for a in reversed(tree.ancestors):
+        here = f'<li><a class="ancestor" href="{url("sessions", a.id)}">{text(a.id)}</a>{point(a)}<ul>{here}</ul></li>'
+    if tree.ancestors_left_off:
+        here = f'<li class="more">… (older fork parents)<ul>{here}</ul></li>'
+    return f'<div class="fork-tree"><h2>Forks</h2><ul class="tree">{here}</ul></div>'
 
 
 def messages_view(

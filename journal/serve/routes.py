@@ -5,7 +5,8 @@ each with a read-only ``Journal`` borrowed from the pool), so the event loop nev
 the file. What a page reads is what it shows: a page of the log is one ``previews`` read (every
 field cut to ``pages.CLIP`` characters in SQL), the messages and provider views their last
 messages (``tail``), cut in SQL too (``chars=``), the API's log a page of rows at a time (the
-API's messages views whole messages, tailed). Live following wakes on a count of
+API's messages views whole messages, tailed); a timeline one pass of previews over a bounded
+window (``journal.serve.timeline``). Live following wakes on a count of
 the session's events (one indexed query) and reads events only when it changed.
 """
 
@@ -23,13 +24,15 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route, Router
 
-from journal import Journal, Session, SessionNotFound
+from journal import Journal, Session
 from journal.escape import dumps, escape
 from journal.log import check_session_id
 from journal.preview import Preview
-from journal.serve import api, log_page, pages
+from journal.serve import api, log_page, pages, timeline_page
 from journal.serve.assets import SCRIPT, STYLE
+from journal.serve.forks import fork_tree
 from journal.serve.gate import HttpError
+from journal.serve.timeline import timeline
 from journal.serve.watch import GONE, Watcher
 
 T = TypeVar("T")
@@ -41,7 +44,6 @@ LOG_MAX = 5000
 MESSAGES_PAGE = 200  # messages the messages and provider views show (?tail= up to MESSAGES_MAX)
 MESSAGES_MAX = 5000
 MARGIN = 200  # events read on either side of a page, to pair its calls with their results
-FORKS_SHOWN = 20
 LIVE_BATCH = 500  # events sent per read at most (a backlog is sent in batches, without waiting)
 KEEPALIVE_S = 10.0
 HTML = "text/html; charset=utf-8"
@@ -95,12 +97,14 @@ async def _route(viewer: Reader, request: Request, path: str, query: dict[str, s
         return Response(pages.tools_page(stats, session_id=session, journal_path=viewer.shown_db), media_type=HTML)
     if path.startswith("/api/"):
         return await _api(viewer, path, query, head=head)
-    found = re.fullmatch(r"/sessions/([^/]+)(/events)?", path)
+    found = re.fullmatch(r"/sessions/([^/]+)(/events|/timeline)?", path)
     if found is None:
         raise HttpError(404, "no such page")
     session_id = _session_id(found.group(1))
-    if found.group(2):
+    if found.group(2) == "/events":
         return await _follow(viewer, request, session_id, query, head=head)
+    if found.group(2) == "/timeline":
+        return Response(await viewer.read(lambda j: _timeline_page(viewer, j, session_id, query)), media_type=HTML)
     return Response(await viewer.read(lambda j: _session_page(viewer, j, session_id, query)), media_type=HTML)
 
 
@@ -121,10 +125,16 @@ async def _api(viewer: Reader, path: str, query: dict[str, str], *, head: bool) 
         after = check_session_id(query["after"]) if query.get("after") else None
         prefix = query.get("prefix") or None
         return await _chunks(viewer, lambda j: api.sessions(j, limit=limit, after=after, prefix=prefix), head=head)
-    found = re.fullmatch(r"/api/sessions/([^/]+)", path)
+    found = re.fullmatch(r"/api/sessions/([^/]+)(/timeline|/forks)?", path)
     if found is None:
         raise HttpError(404, "no such API path")
     session_id = _session_id(found.group(1))
+    if found.group(2) == "/timeline":
+        since, until = _int(query, "since"), _int(query, "until")
+        return _json(await viewer.read(lambda j: api.timeline(j, session_id, since=since, until=until)))
+    if found.group(2) == "/forks":
+        after = query.get("after") or None
+        return _json(await viewer.read(lambda j: api.forks(j, session_id, after=after)))
     view = query.get("view") or "log"
     since = _int(query, "since")
     tail = _int(query, "tail", maximum=MESSAGES_MAX if view != "log" else SEQ_MAX)
@@ -192,7 +202,7 @@ def _session_page(viewer: Reader, j: Journal, session_id: str, query: dict[str, 
     if view not in api.VIEWS:
         raise HttpError(400, f"view: one of {', '.join(api.VIEWS)}, not {view!r}")
     s = j.session(session_id)
-    forks = _forks(j, s, query.get("forks_after") or None)
+    forks = fork_tree(j, s, after=query.get("forks_after") or None)
     if view == "log":
         body = _log_body(j, s, query)
     else:
@@ -236,14 +246,15 @@ def _events(previews: list[Preview]) -> list[Any]:
     return [p.event() for p in previews]
 
 
-def _forks(j: Journal, s: Session, after: str | None) -> pages.Forks:
-    """The session's forks, ``FORKS_SHOWN`` a page (``sessions(parent_id=)``: one index seek),
-    after the fork ``after`` when the user asks for more."""
-    try:
-        page = j.sessions(parent_id=s.id, limit=FORKS_SHOWN, after=None if after is None else check_session_id(after))
-    except SessionNotFound:  # `after` purged meanwhile: from the start again
-        page = j.sessions(parent_id=s.id, limit=FORKS_SHOWN)
-    return pages.Forks(tuple(page), page[-1].id if len(page) == FORKS_SHOWN else None)
+def _timeline_page(viewer: Reader, j: Journal, session_id: str, query: dict[str, str]) -> str:
+    """The session's timeline (``journal.serve.timeline``: one pass of previews over the window
+    ``?since=`` … ``?until=``, at most ``timeline.WINDOW_MAX`` events, by default the last)."""
+    since, until = _int(query, "since"), _int(query, "until")
+    drawn = timeline(j, session_id, since=since, until=until)
+    s = drawn.session
+    header = pages.session_header(s, fork_tree(j, s), "timeline")
+    body = timeline_page.timeline_body(drawn)
+    return pages.layout(f"timeline of {pages.text(s.id, 80)}", header + body, journal_path=viewer.shown_db)
 
 
 # -- live following ----------------------------------------------------------------------------

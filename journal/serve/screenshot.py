@@ -1,10 +1,12 @@
-"""A picture of the viewer: ``python -m journal.serve.screenshot OUT.png``.
+"""A picture of the viewer: ``python -m journal.serve.screenshot [--timeline] OUT.png``.
 
 Runs ``journal demo`` (a real agent session killed mid-tool-call, then recovered) into a
 temporary directory, forks the session at the crashed turn's end, serves the file on a free
 loopback port and has headless Chromium (through Playwright, with the system ``chromium``) take
-a full-page screenshot of the session page. ``tests/test_serve_browser.py`` calls ``screenshot``;
-the README's picture (docs/serve.png) is made by this module's command.
+a full-page screenshot of the session page (with ``--timeline``, of its timeline).
+``tests/test_serve_browser.py`` and ``tests/test_serve_timeline_browser.py`` call ``screenshot``;
+the pictures of the docs (docs/serve.png, docs/serve-timeline.png) are made by this module's
+command.
 """
 
 from __future__ import annotations
@@ -31,15 +33,19 @@ def browser_executable() -> str:
     return found
 
 
-def screenshot(db: str, session_id: str, out: str, *, browser: Any = None, width: int = 1280) -> str:
-    """Serve ``db`` and write a full-page PNG of ``session_id``'s page to ``out``.
+def screenshot(
+    db: str, session_id: str, out: str, *, browser: Any = None, width: int = 1280, timeline: bool = False
+) -> str:
+    """Serve ``db`` and write a full-page PNG of ``session_id``'s page (or its timeline) to ``out``.
 
     ``browser``: a Playwright ``Browser`` to use (a caller that already runs Playwright, such as
     a test, must pass its own: there is one sync Playwright per thread); else one is launched."""
     viewer = run(db, host="127.0.0.1", port=0)
+    path = f"sessions/{urllib.parse.quote(session_id, safe='')}" + ("/timeline" if timeline else "")
+    ready = "svg.timeline" if timeline else ".ev"
     try:
         if browser is not None:
-            _take(browser, f"{viewer.url}sessions/{urllib.parse.quote(session_id, safe='')}", out, width)
+            _take(browser, viewer.url + path, out, width, ready)
             return out
         from playwright.sync_api import sync_playwright
 
@@ -47,7 +53,7 @@ def screenshot(db: str, session_id: str, out: str, *, browser: Any = None, width
         with sync_playwright() as p:
             launched = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
             try:
-                _take(launched, f"{viewer.url}sessions/{urllib.parse.quote(session_id, safe='')}", out, width)
+                _take(launched, viewer.url + path, out, width, ready)
             finally:
                 launched.close()
     finally:
@@ -56,11 +62,11 @@ def screenshot(db: str, session_id: str, out: str, *, browser: Any = None, width
     return out
 
 
-def _take(browser: Any, address: str, out: str, width: int) -> None:
+def _take(browser: Any, address: str, out: str, width: int, ready: str) -> None:
     page = browser.new_page(viewport={"width": width, "height": 800})
     try:
         page.goto(address)
-        page.wait_for_selector(".ev")
+        page.wait_for_selector(ready)
         page.screenshot(path=out, full_page=True)
     finally:
         page.close()
@@ -81,12 +87,14 @@ def demo_journal(directory: str) -> tuple[str, str]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m journal.serve.screenshot OUT.png", file=sys.stderr)
+    timeline = argv[:1] == ["--timeline"]
+    args = argv[1:] if timeline else argv
+    if len(args) != 1 or args[0].startswith("-"):
+        print("usage: python -m journal.serve.screenshot [--timeline] OUT.png", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="journal-screenshot-") as directory:
         db, session_id = demo_journal(directory)
-        print(screenshot(db, session_id, argv[0]))
+        print(screenshot(db, session_id, args[0], timeline=timeline))
     return 0
 
 
