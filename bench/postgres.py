@@ -210,6 +210,8 @@ REPLAY = "raw psycopg, the journal's statements"
 REPLAY_OFF = "the same, synchronous_commit=off"
 REPLAY_SPLIT = "the same, one round trip per statement"
 PING = "raw psycopg, SELECT 1"
+LG_WRITES = "langgraph PostgresSaver put_writes"
+LG_STEP = "langgraph PostgresSaver step (put_writes + put)"
 J_SQLITE = "journal on SQLite"
 
 
@@ -259,6 +261,47 @@ class RawPg(PgAppend):
             self.conn.commit()
             self.stages[1].append(clock() - middle)
         self.seq += 1
+
+
+class LangGraphPg(PgAppend):
+    """LangGraph's own PostgreSQL saver (langgraph-checkpoint-postgres, ``PostgresSaver`` on an
+    autocommit connection, as its docs make it) on the same server: ``put_writes`` of the same
+    message, one pending write per op under a new task id (``step``: then ``put`` of a checkpoint
+    holding it, the two writes of a LangGraph step)."""
+
+    def __init__(self, name: str, dsn: str, *, step: bool = False) -> None:
+        from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        self.name = name
+        self.conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=0)
+        self.conn.execute("SET synchronous_commit = on")
+        self.durability = pg_durability(self.conn)
+        self.saver = PostgresSaver(self.conn)
+        self.saver.setup()
+        self.step = step
+        self.what = (
+            "PostgresSaver.put_writes([('messages', message)]) then put() of a checkpoint holding it"
+            if step
+            else "PostgresSaver.put_writes([('messages', message)]), a new task id each time"
+        )
+        self._create_checkpoint = create_checkpoint
+        self.checkpoint = empty_checkpoint()
+        self.config = self.saver.put(
+            {"configurable": {"thread_id": c.new_id(), "checkpoint_ns": ""}}, self.checkpoint, {"step": -1}, {}
+        )
+        self.n = 0
+
+    def append(self) -> None:
+        self.n += 1
+        self.saver.put_writes(self.config, [("messages", c.MESSAGE)], task_id=f"task-{self.n}")
+        if not self.step:
+            return
+        version = self.saver.get_next_version(self.checkpoint["channel_versions"].get("messages"), None)
+        base = dict(self.checkpoint, channel_values={"messages": [c.MESSAGE]})
+        base["channel_versions"] = {"messages": version}
+        self.checkpoint = self._create_checkpoint(base, None, self.n)
+        self.config = self.saver.put(self.config, self.checkpoint, {"source": "loop", "step": self.n}, {"messages": version})
 
 
 class JournalPg:
@@ -425,7 +468,10 @@ class Replay(PgAppend):
                 kwargs = {**x.kwargs, "_client": x.client}
                 if match and x.params is not None:
                     inserts += 1
-                    step.append((x.sql, [col.strip() for col in match.group(1).split(",")], None, kwargs))
+                    columns = [col.strip() for col in match.group(1).split(",")]
+                    # Bindings before the row's (a lone append's lock keys) are sent as caught.
+                    lead = list(x.params)[: x.sql.count("%s") - len(columns)]
+                    step.append((x.sql, columns, lead, kwargs))
                 else:
                     step.append((x.sql, None, x.params, kwargs))
             self.plan.append((pipeline is not None, step))
@@ -462,12 +508,12 @@ class Replay(PgAppend):
                 with conn.pipeline():
                     for sql, columns, params, kwargs in step:
                         kwargs = {k: v for k, v in kwargs.items() if k != "_client"}
-                        conn.execute(sql, self._row(columns) if columns is not None else params, **kwargs)
+                        conn.execute(sql, [*params, *self._row(columns)] if columns is not None else params, **kwargs)
             else:
                 for sql, columns, params, kwargs in step:
                     kwargs = dict(kwargs)
                     client = kwargs.pop("_client", False)
-                    values = self._row(columns) if columns is not None else params
+                    values = [*params, *self._row(columns)] if columns is not None else params
                     if client:  # a script of several statements, bound on the client
                         psycopg.ClientCursor(conn).execute(sql, values)
                     else:
@@ -625,6 +671,12 @@ def part_append(server: PgServer, tmp: str, s: Settings) -> dict[str, Any]:
     statements = journal_statements(journal_pg)
     log("  one steady append sends: " + describe(statements))
     sqlite = c.JournalAppend(J_SQLITE, c.new_path(tmp, "append_sqlite"), durability="full")
+    peers: list[Any] = []
+    try:
+        lg_dsn = server.create_database()
+        peers = [LangGraphPg(LG_WRITES, lg_dsn), LangGraphPg(LG_STEP, lg_dsn, step=True)]
+    except ImportError as exc:  # the peer is optional: pip install langgraph-checkpoint-postgres
+        log(f"  (no LangGraph PostgresSaver: {exc})")
     group.contenders = [
         RawPg(RAW, raw_dsn),
         journal_pg,
@@ -635,6 +687,7 @@ def part_append(server: PgServer, tmp: str, s: Settings) -> dict[str, Any]:
         RawPg(RAW_AUTO, raw_dsn, autocommit=True),
         Ping(PING, raw_dsn),
         sqlite,
+        *peers,
     ]
     try:
         # SQLite's WAL must stop growing first; PostgreSQL's is the server's.
@@ -645,6 +698,9 @@ def part_append(server: PgServer, tmp: str, s: Settings) -> dict[str, Any]:
         rows.append(time_row(group, by[J_PG], vs=RAW, target=1.2))
         for name in (RAW_OFF, REPLAY, REPLAY_OFF, REPLAY_SPLIT, RAW_AUTO, PING, J_SQLITE):
             rows.append(time_row(group, by[name], vs=RAW))
+        for peer in peers:  # the journal's time over the peer's: target <= 1 (issue 27)
+            rows.append(time_row(group, peer, vs=RAW))
+            rows.append(time_row(group, by[J_PG], vs=peer.name, target=1.0))
         replay, off = by[REPLAY], by[REPLAY_OFF]
         stages = [
             {"stage": label, "on_us": statistics.median(on) / 1000, "off_us": statistics.median(o) / 1000}
