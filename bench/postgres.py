@@ -301,7 +301,9 @@ class LangGraphPg(PgAppend):
         base = dict(self.checkpoint, channel_values={"messages": [c.MESSAGE]})
         base["channel_versions"] = {"messages": version}
         self.checkpoint = self._create_checkpoint(base, None, self.n)
-        self.config = self.saver.put(self.config, self.checkpoint, {"source": "loop", "step": self.n}, {"messages": version})
+        self.config = self.saver.put(
+            self.config, self.checkpoint, {"source": "loop", "step": self.n}, {"messages": version}
+        )
 
 
 class JournalPg:
