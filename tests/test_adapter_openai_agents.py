@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import os
 import signal
 import uuid
@@ -39,12 +40,13 @@ from journal.adapters.openai_agents import (
     CLEAR,
     ITEM,
     POP,
+    REF,
     JournalSession,
     journal_run,
     journal_session_id,
     repair,
 )
-from journal.adapters.openai_items import cut_tail, project, shown_items
+from journal.adapters.openai_items import READ, cut_tail, project, shown_items
 from journal.model import Event
 from journal.testing import Ledger
 
@@ -397,15 +399,18 @@ def test_contract_any_sequence_of_adds_pops_clears_and_reads_answers_as_sqlite_d
 # -- what the journal adds ------------------------------------------------------------------------------
 
 
-def test_items_are_stored_verbatim_and_their_typed_events_derived_in_the_same_batch(tmp_path: Path) -> None:
+def test_items_are_stored_once_in_their_typed_events_derived_in_the_same_batch(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     session = JournalSession("s", path)
     run(session.add_items(ROUND_TRIP))
+    back = run(session.get_items())
     session.close()
+    assert back == ROUND_TRIP and [json.dumps(i) for i in back] == [json.dumps(i) for i in ROUND_TRIP]  # key order too
     with journal.open(path, readonly=True) as j:
         events = j.events("s")
-        assert [e.data["item"] for e in events if e.type == ITEM] == ROUND_TRIP
-        typed = [(e.type, e.data.get("content"), e.key) for e in events if e.type != ITEM]
+        assert ITEM not in [e.type for e in events]  # every item is in the typed event derived from it
+        assert all(isinstance(e.data["metadata"]["openai_items"], list) for e in events)
+        typed = [(e.type, e.data.get("content"), e.key) for e in events]
         assert typed == [
             ("user_message", "Hello", None),
             ("user_message", "こんにちは 😊", None),
@@ -445,7 +450,7 @@ def test_pop_item_deletes_nothing_and_retracts_the_message_it_took_back(tmp_path
     run(go())
     session.close()
     with journal.open(path, readonly=True) as j:
-        assert [e.type for e in j.events("s")] == [ITEM, "user_message", ITEM, "user_message", POP, "retract"]
+        assert [e.type for e in j.events("s")] == ["user_message", "user_message", POP, "retract"]
         assert [m.content for m in j.messages("s")] == ["keep"]
 
 
@@ -455,7 +460,7 @@ def test_clear_session_is_a_marker_and_purge_erases(tmp_path: Path) -> None:
     run(session.add_items([{"role": "user", "content": "secret"}]))
     run(session.clear_session())
     with journal.open(path, readonly=True) as j:
-        assert [e.type for e in j.events("s")] == [ITEM, "user_message", CLEAR]  # nothing deleted
+        assert [e.type for e in j.events("s")] == ["user_message", CLEAR]  # nothing deleted
     assert run(session.get_items()) == []
     run(session.purge())
     with journal.open(path, readonly=True) as j, pytest.raises(journal.SessionNotFound):
@@ -520,7 +525,7 @@ def test_an_open_journal_or_async_journal_can_be_given_and_is_left_open(tmp_path
         session = JournalSession("sync", j)
         run(session.add_items([{"role": "user", "content": "a"}]))
         session.close()
-        assert j.count("sync") == 2  # still open: the caller closes it
+        assert j.count("sync") == 1  # still open: the caller closes it
 
     async def with_async() -> None:
         async with journal.aio.open(path) as aj:
@@ -559,11 +564,14 @@ def test_a_run_records_its_turn_answer_dispatch_before_the_tool_result_and_end(t
     session.close()
     assert seen_inside and seen_inside[0][-3:] == ["step_start", "assistant_message", "tool_call"]  # G6
     with journal.open(path, readonly=True) as j:
-        typed = [(e.type, e.data) for e in j.events("bot") if e.type != ITEM]
+        typed = [(e.type, e.data) for e in j.events("bot")]
         assert [t for t, _ in typed] == [
             "user_message", "turn_start", "step_start", "assistant_message", "tool_call", "tool_result",
-            "step_end", "step_start", "assistant_message", "step_end", "turn_end",
+            REF, "step_end", "step_start", "assistant_message", "step_end", "turn_end",
         ]  # fmt: skip
+        # The items saved after the tool (the text, the call, its output) refer to the answer and
+        # the result the hooks wrote: only the text item's id is not in them.
+        assert dict(typed)[REF] == {"items": [[3, {"id": "m1"}], [3, {"$": 0}], [5]]}
         (request,) = [d for t, d in typed if t == "assistant_message" and d.get("tool_calls")]
         assert request["tool_calls"] == [{"id": "call-1", "name": "pay", "arguments": {"cents": 4200}}]
         assert dict(typed)["tool_call"]["id"] == "call-1"
@@ -943,10 +951,10 @@ def test_a_write_by_someone_else_during_the_turn_is_checked_and_a_closed_turn_is
     agent = Agent(name="a", model=ScriptedModel(cashier_per_message), tools=[pay])
     run(journal_run(agent, "pay", session=session))
     with journal.open(path, readonly=True) as j:
-        typed = [e.type for e in j.events("s") if e.type != ITEM]
+        typed = [e.type for e in j.events("s")]
         assert typed == [
             "user_message", "turn_start", "step_start", "assistant_message", "tool_call", "x.note", "tool_result",
-            "step_end", "step_start", "assistant_message", "step_end", "turn_end",
+            REF, "step_end", "step_start", "assistant_message", "step_end", "turn_end",
         ]  # fmt: skip
         assert j.scan().clean and j.check() == []
         assert [e.data["reason"] for e in j.events("s", types=["turn_end"])] == ["complete"]
@@ -959,7 +967,9 @@ def test_a_write_by_someone_else_during_the_turn_is_checked_and_a_closed_turn_is
         (end,) = [e for e in events if e.type == "turn_end" and e.data["reason"] == "interrupted"]
         after = [e.type for e in events if e.seq > end.seq]
         assert "step_end" not in after and "turn_end" not in after  # not written to a closed turn
-        assert ITEM not in after  # LeaseLost wrote nothing: a retried add_items cannot store them twice
+        assert (
+            ITEM not in after and REF not in after
+        )  # LeaseLost wrote nothing: a retried add_items cannot store them twice
         assert j.scan().clean and j.check() == []
     assert orphans(run(session.get_items())) == []
     session.close()
@@ -1009,7 +1019,43 @@ MAY = ("tool_result", {"tool_call_id": "c1", "content": "c1 MAY have run", "meta
 INTERRUPTED = ("turn_end", {"turn": 1, "steps": 1, "reason": "interrupted"})
 START = ("turn_start", {"turn": 1})
 
+
+def _carried(kind: str, data: dict[str, Any], *entries: Any) -> tuple[str, dict[str, Any]]:
+    """A typed event that carries items (the format since issue 31 item 5)."""
+    return (kind, {**data, "metadata": {"openai_items": list(entries)}})
+
+
+C_U1 = _carried("user_message", {"content": "pay"}, {"$": "r"})
+C_U2 = _carried("user_message", {"content": "again?"}, {"$": "r"})
+C_ASK = ("assistant_message", {**ASK[1], "tool_calls": [*ASK[1]["tool_calls"]]})
+PAID = ("tool_result", {"tool_call_id": "c1", "content": "paid"})
+C_OUT1 = _carried("tool_result", PAID[1], {"$": "t"})
+
 PROJECTIONS = {
+    "carried and referred to: the items as stored": (
+        [C_U1, START, C_ASK, PAID, (REF, {"items": [[2, {"$": 0, "$keys": list(FC1)}], [3, {"$": "t"}]]})],
+        [U1, FC1, OUT1],
+    ),
+    "carried: a call never saved, answered by recovery": (
+        [C_U1, START, C_ASK, ("tool_call", {"id": "c1", "name": "pay"}), MAY, INTERRUPTED],
+        [U1, FC1, {"type": "function_call_output", "call_id": "c1", "output": "c1 MAY have run"}],
+    ),
+    "carried: recovered after the next input was saved, still before that input": (
+        [C_U1, START, C_ASK, ("tool_call", {"id": "c1", "name": "pay"}), C_U2, MAY, INTERRUPTED],
+        [U1, FC1, {"type": "function_call_output", "call_id": "c1", "output": "c1 MAY have run"}, U2],
+    ),
+    "carried: an output saved without its call gets the call, at the answer's place": (
+        [C_U1, START, C_ASK, C_OUT1, INTERRUPTED],
+        [U1, FC1, OUT1],
+    ),
+    "carried: a referred call without output, answered after its run": (
+        [C_U1, START, C_ASK, (REF, {"items": [[2, {"$": 0, "$keys": list(FC1)}]]}), MAY, INTERRUPTED],
+        [U1, FC1, {"type": "function_call_output", "call_id": "c1", "output": "c1 MAY have run"}],
+    ),
+    "carried: a popped reference stays popped": (
+        [C_U1, START, C_ASK, PAID, (REF, {"items": [[2, {"$": 0}], [3]]}), (POP, {"seq": 4, "n": 1})],
+        [U1, {**FC1, "type": "function_call"}],
+    ),
     "no crash: the items as stored": (
         [_item(U1), START, ASK, ("tool_result", {"tool_call_id": "c1", "content": "paid"}), _item(FC1), _item(OUT1)],
         [U1, FC1, OUT1],
@@ -1052,7 +1098,7 @@ PROJECTIONS = {
 @pytest.mark.parametrize("events, shown", list(PROJECTIONS.values()), ids=list(PROJECTIONS))
 def test_g5_the_items_project_what_recovery_wrote_in_place_and_reads_agree(events, shown) -> None:
     log = _log(*events)
-    marks = [e for e in log if e.type in (ITEM, POP, CLEAR)]
+    marks = [e for e in log if e.type in READ]  # what the adapter reads (the item rows, pops, typed events)
     clears = [e.seq for e in log if e.type == CLEAR]
     since = clears[-1] + 1 if clears else 0
     tail, complete = cut_tail(log[::-1])

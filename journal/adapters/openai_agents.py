@@ -9,19 +9,27 @@ or, with ``Runner.run`` itself, ``Runner.run(agent, text, session=session,
 hooks=session.run_hooks())``. ``"agent.db"`` may be a PostgreSQL DSN (``"postgresql://..."``), or
 pass an open ``journal.Journal`` / ``journal.aio.AsyncJournal`` to share one among sessions.
 
-What is stored. Every item the runner saves is an ``x.openai_agents.item`` event holding the item
-verbatim (``get_items`` gives it back deep-equal, ids kept). In the same transaction the adapter
-appends the typed events it can derive: a user (or system/developer) message becomes a
-``user_message`` (``system_message``); a run of assistant output items -- messages, reasoning and
-``function_call`` items -- becomes one ``assistant_message`` whose ``tool_calls`` are the calls
-(without calls, each message its own ``assistant_message``); a
-``function_call_output`` becomes the call's ``tool_result`` (the first one wins, G5; a different
-one for the same call is kept as ``tool_result_late``). Other item kinds (hosted tools, computer,
-shell, MCP) are stored verbatim only. ``pop_item`` appends an ``x.openai_agents.pop`` marker and,
-when the popped item's derived message is the transcript's last, ``retract``s it: nothing is
-deleted. ``clear_session`` appends an ``x.openai_agents.clear`` marker after which ``get_items``
-is empty; the log, its turns and the messages view keep what came before (the journal's promise is
-that no evidence is deleted). To erase a conversation for real, ``purge()`` erases the session.
+What is stored: each item once. Every item the runner saves comes back from ``get_items``
+deep-equal (ids, key order and JSON types kept), and each is stored in (or beside) the typed
+event the journal derives from it, in the same transaction, so no message body is stored twice
+(``journal.adapters.openai_fold`` defines the format): a user (or system/developer) message is a
+``user_message`` (``system_message``) whose ``metadata["openai_items"]`` holds the item minus
+what the event holds; a run of assistant output items -- messages, reasoning and
+``function_call`` items -- is one ``assistant_message`` whose ``tool_calls`` are the calls (without
+calls, each message its own ``assistant_message``), carrying them; a ``function_call_output`` is
+the call's ``tool_result`` (the first one wins, G5; another output for the same call is the
+``tool_result_late`` that carries it). Items whose typed events the hooks wrote before the runner
+saved them (the answer with its calls, each call's result) are an ``x.openai_agents.ref`` naming
+those events. Other item kinds (hosted tools, computer, shell, MCP), and an item whose typed event
+the journal already holds out of sight (an item added a second time), are an
+``x.openai_agents.item`` holding the item whole -- as every item was before; files of that
+format read as they did. ``get_items`` is one read of the session's item and typed events since
+its last clear (no bookkeeping events), plus the clear marker's. ``pop_item`` appends an
+``x.openai_agents.pop`` marker and, when the popped item's typed message is the transcript's
+last, ``retract``s it: nothing is deleted. ``clear_session`` appends an ``x.openai_agents.clear``
+marker after which ``get_items`` is empty; the log, its turns and the messages view keep what came
+before (the journal's promise is that no evidence is deleted). To erase a conversation for real,
+``purge()`` erases the session.
 
 One recovery; the items are a projection. The typed log is the truth: ``get_items`` shows what
 any recovery wrote -- ``journal recover`` from a shell, ``j.recover()``, ``reconcile()``, the
@@ -107,7 +115,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import attrs
@@ -126,18 +134,23 @@ import journal
 from journal.adapters.calls import Calls as _Calls
 from journal.adapters.calls import Direct as _Direct
 from journal.adapters.calls import drive as _drive
+from journal.adapters.openai_fold import ref_sources
 from journal.adapters.openai_items import (
     CLEAR,
     ITEM,
-    MARKERS,
     POP,
+    READ,
+    REF,
+    ROWS,
+    Known,
+    NeedKnown,
     Shown,
     Typed,
     assistant,
     cut_tail,
-    derive,
     get,
     is_assistant_side,
+    plan,
     pop_data,
     project,
     shown_items,
@@ -163,6 +176,7 @@ __all__ = [
     "CLEAR",
     "ITEM",
     "POP",
+    "REF",
     "JournalRunHooks",
     "JournalSession",
     "Repaired",
@@ -231,6 +245,8 @@ class JournalSession:
         self._call = _Calls(target)
         self._created = False
         self._hooks: JournalRunHooks | None = None
+        self._known: Known | None = None  # what the whole log holds, when a plan needs it
+        self._read: _Read | None = None  # the rows read so far (the log is append-only)
 
     @property
     def journal(self) -> journal.Journal | AsyncJournal:
@@ -279,24 +295,22 @@ class JournalSession:
         return [shown.item for shown in view]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Append the items and their typed events in one transaction (durable on return), after
-        the projections of the log's tail that the items would otherwise bury (see
-        ``openai_items``): what ``get_items`` showed before stays shown, in its place."""
+        """Append the items, each stored once with its typed events, in one transaction (durable
+        on return), after the projections of the log's tail that the items would otherwise bury
+        (see ``openai_items``): what ``get_items`` showed before stays shown, in its place."""
         if not items:
             return
         await self._ensure()
         items = list(items)
-        batch = derive(items)
         hooks = self._hooks
         if hooks is None or hooks._turn is None:
-            await self._append_items(items, batch)
+            await self._append_items(items)
             return
         # Inside the hooks' turn: the step's bookkeeping goes in the same transaction -- the
         # step these items complete is closed with them, and the run's last items end the turn.
         ending = hooks.ending
         try:
-            kept, _ = await self._keep_tail(items)
-            await hooks._fenced(kept + batch, close=True, ends=ending)
+            await hooks._fenced(lambda call: self._plan(items, call), close=True, ends=ending)
         # LeaseLost: the turn is no longer this run's, and nothing of these items was written
         # (an error never stands for a committed write: a caller may retry). What the run did is
         # in the log already: its answers and dispatches, and its results (as tool_result_late
@@ -322,8 +336,8 @@ class JournalSession:
                 await self._call("append", self.journal_id, POP, pop_data(shown.key), expected_count=count)
             except CountMismatch:
                 continue  # someone appended meanwhile: look again
-            if shown.at is None:  # an item the runner saved: its typed event follows it
-                await self._retract_derived(shown.key[1])
+            if shown.at is None:  # an item the runner saved: its typed event holds it (or follows it)
+                await self._retract_derived(shown.typed)
             item: TResponseInputItem = shown.item  # the stored item, as the runner gave it
             return item
         raise CountMismatch(self.journal_id, count, -1)  # pragma: no cover - a writer that never pauses
@@ -345,6 +359,7 @@ class JournalSession:
         except SessionNotFound:
             pass
         self._created = False
+        self._read = self._known = None
 
     def close(self) -> None:
         """Close the journal if this session opened it (from a path)."""
@@ -359,77 +374,116 @@ class JournalSession:
     async def _view(self, limit: int | None, call: _Calls | None = None) -> list[Shown]:
         """What ``get_items`` shows, oldest first; the last ``limit`` of it.
 
-        Read through the journal's index of app events (all of them since the last clear, or,
-        with a limit, a window of the newest markers that grows until it holds the answer: pops
-        between the items make a window of ``limit`` events too small), plus the log's tail."""
+        The log's tail, then the rows since the last clear that store items (``ROWS``: no
+        bookkeeping but the pops); or, with a limit, a window of the newest ``READ`` events (the
+        rows, the clears, the turns' starts and ends) that grows until it holds the answer (pops
+        between the items make a window of ``limit`` events too small; a reference names an event
+        before it; the tail may reach back to an interrupted turn's start)."""
         call = call or self._call
         sid = self.journal_id
-        tail, _ = await self._tail(call)
         if limit is None:
-            since = await self._cleared(call)
-            return project(await call("events", sid, since=since, types=MARKERS), tail, since=since)
-        window = limit + 8
+            tail, count, near = await self._tail(call)
+            since, rows = await self._since_clear(call, count)
+            return project(rows, tail, since=since, sources=near)
+        window = limit + 16
         while True:
-            newest = await call("events", sid, types=MARKERS, newest_first=True, limit=window)
+            newest = await call("events", sid, types=READ, newest_first=True, limit=window)
             clears = [e.seq for e in newest if e.type == CLEAR]
             since = clears[0] + 1 if clears else 0
-            marks = [e for e in reversed(newest) if e.seq >= since]
-            view = project(marks, tail, since=since)
-            if clears or len(newest) < window:
-                return view[-limit:]
-            # Items stored before the window may still stand among what it shows (a projection
-            # stored later stands at its ``at``): only what stands inside the window is certain.
-            low = marks[0].seq if marks else since
-            if sum(1 for shown in view if shown.pos[0] >= low) >= limit:
-                return view[-limit:]
+            events = [e for e in reversed(newest) if e.seq >= since]
+            whole = bool(clears) or len(newest) < window  # everything since the last clear
+            tail, complete = cut_tail(events[::-1])
+            if whole:
+                return project(events, tail, since=since)[-limit:]
+            by_seq = {e.seq: e for e in events}
+            low = events[0].seq
+            for event in events:  # a reference whose event was not read: below what is certain
+                if event.type == REF and not ref_sources([event]) <= by_seq.keys():
+                    low = max(low, event.seq + 1)
+            if complete and (not tail or tail[0].seq >= low):
+                view = project([e for e in events if e.seq >= low], tail, since=since, sources=by_seq)
+                # Items stored before the window may still stand among what it shows (a projection
+                # stored later stands at its ``at``): only what stands inside the window is certain.
+                if sum(1 for shown in view if shown.pos[0] >= low) >= limit:
+                    return view[-limit:]
             window *= 4
 
     async def _all_items(self, call: _Calls) -> list[Any]:
-        """Every item ``get_items`` shows (one thread hop: see ``_Calls.run``)."""
-        tail, _ = await self._tail(call)
-        since = await self._cleared(call)
-        return shown_items(await call("events", self.journal_id, since=since, types=MARKERS), tail, since=since)
+        """Every item ``get_items`` shows (one thread hop: see ``_Calls.run``): three indexed
+        reads, the log's tail, the last clear and the rows since then."""
+        tail, count, near = await self._tail(call)
+        since, rows = await self._since_clear(call, count)
+        return shown_items(rows, tail, since=since, sources=near)
 
-    async def _cleared(self, call: _Calls) -> int:
-        """The seq after the session's last clear marker (0 when it was never cleared)."""
-        cleared = await call("events", self.journal_id, types=[CLEAR], newest_first=True, limit=1)
-        return cleared[0].seq + 1 if cleared else 0
+    async def _since_clear(self, call: _Calls, count: int) -> tuple[int, list[Event]]:
+        """The seq after the session's last clear marker, and the rows since then that store
+        items (``ROWS``: item rows, pops and the typed events, no other bookkeeping), as of
+        ``count`` events. The log is append-only, so the rows read before are kept (``_Read``)
+        and only newer ones read: one walk of the log from where the last read stopped, after a
+        look-up of the session (a purged and recreated session is read again)."""
+        created = (await call("session", self.journal_id)).created_ms
+        read = self._read
+        if read is None or read.created_ms != created or read.seen > count:
+            read = _Read(created)
+        if read.seen < count:
+            new = await call("events", self.journal_id, since=read.seen, types=[*ROWS, CLEAR])
+            read = read.extended([e for e in new if e.seq < count], count)
+        self._read = read  # a new object each time: a read running beside this one sees a whole one
+        return read.since, [e for e in read.rows if e.seq >= read.since]
 
-    async def _tail(self, call: _Calls | None = None) -> tuple[list[Event], int]:
-        """The log's tail (``openai_items.cut_tail``), in seq order, and the session's count,
-        read from the end of the log: a few events in a run without a crash."""
-        call = call or self._call
+    async def _tail(self, call: _Calls) -> tuple[list[Event], int, dict[int, Event]]:
+        """The log's tail (``openai_items.cut_tail``), in seq order, the session's count, and the
+        events the tail's references name (by seq), read from the end of the log: a few events
+        in a run without a crash."""
         window = 16
         while True:
             newest = await call("events", self.journal_id, newest_first=True, limit=window)
             tail, complete = cut_tail(newest)
-            if complete or len(newest) < window:
-                return tail, (newest[0].seq + 1 if newest else 0)
+            count = newest[0].seq + 1 if newest else 0
+            low = newest[-1].seq if newest else 0
+            if len(newest) < window or (complete and all(seq >= low for seq in ref_sources(tail))):
+                return tail, count, {e.seq: e for e in newest}
             window *= 4
 
-    async def _keep_tail(self, items: Sequence[Any], call: _Calls | None = None) -> tuple[list[Typed], int]:
-        """The item events that store the tail's projections before ``items`` bury the tail, and
-        the count they were read at. Without a crash the tail owes nothing (one short read)."""
-        call = call or self._call
-        tail, count = await self._tail(call)
+    async def _plan(self, items: Sequence[Any], call: _Calls) -> tuple[list[Typed], int]:
+        """The batch that adds ``items`` (each stored once: ``openai_items.Planner``), after the
+        projections of the tail they would bury, and the count it was planned at. Without a
+        crash the tail owes nothing, and the hooks' answer and results are in it (one short read)."""
+        tail, count, sources = await self._tail(call)
+        try:
+            batch = plan(items, tail)
+        except NeedKnown:
+            batch = plan(items, tail, await self._known_at(call, count))
         called = {get(i, "call_id") for i in items if get(i, "type") == "function_call"}
         answered = {get(i, "call_id") for i in items if get(i, "type") == "function_call_output"}
-        if not tail_claims(tail, called=called, answered=answered):
-            return [], count
-        since = await self._cleared(call)
-        marks = await call("events", self.journal_id, since=since, types=MARKERS)
-        view = project(marks, tail, since=since, called=called, answered=answered)
-        return [(ITEM, {"item": s.item, "at": s.at}, None) for s in view if not s.stored], count
+        if not tail_claims(tail, called=called, answered=answered, sources=sources):
+            return batch, count
+        since, rows = await self._since_clear(call, count)
+        view = project(rows, tail, since=since, called=called, answered=answered, sources=sources)
+        kept: list[Typed] = [(ITEM, {"item": s.item, "at": s.at}, None) for s in view if not s.stored]
+        return kept + batch, count
 
-    async def _append_items(self, items: Sequence[Any], batch: list[Typed]) -> None:
-        """Append ``batch`` after the tail's projections, compare-and-append on the count they
-        were read at (a writer in between makes it read the tail again); one thread hop."""
+    async def _known_at(self, call: _Calls, count: int) -> Known:
+        """What the whole log holds (``openai_items.Known``) as of ``count`` events: folded
+        from the log once, then from where it was left (a purged and recreated session over)."""
+        created = (await call("session", self.journal_id)).created_ms
+        known = self._known
+        if known is None or known.created_ms != created or known.seen > count:
+            known = Known(created)
+        if known.seen < count:
+            known.fold(await call("events", self.journal_id, since=known.seen), count)
+        self._known = known
+        return known
+
+    async def _append_items(self, items: Sequence[Any]) -> None:
+        """Append ``items`` (``_plan``), compare-and-append on the count they were planned at (a
+        writer in between makes it plan again); one thread hop."""
 
         async def append(call: _Calls) -> None:
             for _ in range(_CAS_TRIES):
-                kept, count = await self._keep_tail(items, call)
+                batch, count = await self._plan(items, call)
                 try:
-                    await call("append_many", self.journal_id, kept + batch, expected_count=count)
+                    await call("append_many", self.journal_id, batch, expected_count=count)
                     return
                 except CountMismatch:
                     continue
@@ -437,12 +491,32 @@ class JournalSession:
 
         await self._call.run(append)
 
-    async def _retract_derived(self, item_seq: int) -> None:
-        """Retract the message derived from the popped item (appended right after it) if it is
-        the transcript's last; otherwise the messages view keeps it (it may answer a call)."""
+    async def _retract_derived(self, typed_seq: int | None) -> None:
+        """Retract the typed message a popped item is stored in (or was derived next to, in the
+        previous format) if it is the transcript's last; otherwise the messages view keeps it (it
+        may answer a call)."""
+        if typed_seq is None:
+            return
         last = await self._call("messages", self.journal_id, tail=1)
-        if last and last[0].seq == item_seq + 1:
+        if last and last[0].seq == typed_seq:
             await self._call("retract", self.journal_id, reason="openai-agents pop_item")
+
+
+@attrs.frozen
+class _Read:
+    """The rows of one incarnation of a session (``created_ms``) read so far: those of its first
+    ``seen`` events, since its last clear (``since``)."""
+
+    created_ms: int
+    seen: int = 0
+    since: int = 0
+    rows: tuple[Event, ...] = ()
+
+    def extended(self, new: Sequence[Event], seen: int) -> _Read:
+        clears = [e.seq for e in new if e.type == CLEAR]
+        since = clears[-1] + 1 if clears else self.since
+        kept = tuple(e for e in (*self.rows, *new) if e.seq >= since and e.type != CLEAR)
+        return _Read(self.created_ms, seen, since, kept)
 
 
 # -- the hooks -----------------------------------------------------------------------------------
@@ -593,10 +667,17 @@ class JournalRunHooks(RunHooks[Any]):
             self._count += 1
 
     async def _fenced(
-        self, payload: list[Typed], *, opens: bool = False, close: bool = False, ends: bool = False
+        self,
+        payload: list[Typed] | Callable[[_Calls], Awaitable[tuple[list[Typed], int]]],
+        *,
+        opens: bool = False,
+        close: bool = False,
+        ends: bool = False,
     ) -> list[Event]:
         """Append ``payload`` with the turn's bookkeeping around it, in one transaction fenced by
-        the session's event count (compare-and-append).
+        the session's event count (compare-and-append). ``payload`` may be a planner that reads
+        the log and returns the rows and the count it read them at (``JournalSession._plan``):
+        rows planned at another count than the fence's are planned again.
 
         ``opens``: the payload is a model answer that opens the next step. Otherwise the payload
         is items saved by the runner: a plain answer's step opens before them; ``close`` closes
@@ -615,9 +696,14 @@ class JournalRunHooks(RunHooks[Any]):
         for _ in range(_CAS_TRIES):
             if count is None:
                 count, steps = await self._verify(steps)
-            batch, after = _bookkeep(
-                turn.turn, steps, payload, opens=opens, close=close and not self._running, ends=ends
-            )
+            if callable(payload):
+                rows, planned_at = await payload(self._call)
+                if planned_at != count:
+                    count = None  # the log moved since the hooks' last write: read the turn again
+                    continue
+            else:
+                rows = payload
+            batch, after = _bookkeep(turn.turn, steps, rows, opens=opens, close=close and not self._running, ends=ends)
             if not batch:
                 return []
             try:
