@@ -245,12 +245,8 @@ BEGIN
        AND NEW.seq IS DISTINCT FROM (SELECT seed_length FROM sessions WHERE id = NEW.session_id) THEN
         RAISE EXCEPTION 'journal: seq must continue the session contiguously' USING ERRCODE = 'JR001';
     END IF;
-    -- journal.derived = 'statement' (SET LOCAL by the store around one INSERT of recovery's
-    -- repairs: PgDatabase.insert_repairs) says the statements after that INSERT write the derived
-    -- state of its rows, set-based, in the same savepoint; no other write sets it.
-    IF (NEW.type IN ('turn_start', 'turn_end', 'step_start', 'step_end', 'tool_call', 'tool_result', 'operator_resolution')
-        OR (NEW.type = 'assistant_message' AND strpos(NEW.data, '"tool_calls"') > 0))
-       AND current_setting('journal.derived', true) IS DISTINCT FROM 'statement' THEN
+    IF NEW.type IN ('turn_start', 'turn_end', 'step_start', 'step_end', 'tool_call', 'tool_result', 'operator_resolution')
+       OR (NEW.type = 'assistant_message' AND strpos(NEW.data, '"tool_calls"') > 0) THEN
         PERFORM journal_events_derived(NEW.session_id, NEW.seq, NEW.type, NEW.data::json, NEW.time_ms);
     END IF;
     IF strpos(NEW.data, '"surface_op"') > 0 OR NEW.type = 'retract' THEN
@@ -259,8 +255,35 @@ BEGIN
     RETURN NEW;
 END $$;
 
+-- journal.derived = 'statement' (SET LOCAL by the store around the one INSERT of recovery's
+-- repairs: PgDatabase.insert_repairs; no other write sets it) turns the row trigger off for that
+-- INSERT: the statements after it, in the same savepoint, check G4 for all its rows at once
+-- (journal_events_contiguous) and write their derived state set-based. Recovery's rows are
+-- synthetic results and turn ends, which no compaction reads.
 CREATE TRIGGER events_insert BEFORE INSERT ON events
-FOR EACH ROW EXECUTE FUNCTION journal_events_insert();
+FOR EACH ROW WHEN (current_setting('journal.derived', true) IS DISTINCT FROM 'statement')
+EXECUTE FUNCTION journal_events_insert();
+
+-- G4 for the rows of one INSERT made with the row trigger off, checked after it, a session at a
+-- time: its rows in the batch are one run of seqs (as many as the run is long: with the primary
+-- key, each seq once), and the run starts at its seed length or right after a row that is there.
+-- Every other write keeps each session contiguous from its seed length (the row trigger), so the
+-- session stays so, exactly as the row trigger would have kept it row by row.
+CREATE FUNCTION journal_events_contiguous(ids TEXT[], seqs BIGINT[]) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    -- One probe of the primary key a session (LATERAL ... LIMIT 1: a nested loop whatever the
+    -- planner guesses of the arrays' length; an anti-join could read the whole table).
+    IF EXISTS (SELECT 1
+                 FROM (SELECT r.session_id, min(r.seq) AS lo, max(r.seq) AS hi, count(*) AS n
+                         FROM unnest(ids, seqs) AS r (session_id, seq) GROUP BY r.session_id) AS b
+                 LEFT JOIN LATERAL (SELECT true AS found FROM events e
+                                     WHERE e.session_id = b.session_id AND e.seq = b.lo - 1 LIMIT 1) AS p ON true
+                WHERE b.n <> b.hi - b.lo + 1
+                   OR (p.found IS NULL
+                       AND b.lo IS DISTINCT FROM (SELECT seed_length FROM sessions WHERE id = b.session_id))) THEN
+        RAISE EXCEPTION 'journal: seq must continue the session contiguously' USING ERRCODE = 'JR001';
+    END IF;
+END $$;
 
 -- Derived state follows the log (schema.sql's derived_events_apply, statement for statement).
 CREATE FUNCTION journal_events_derived(new_session TEXT, new_seq BIGINT, new_type TEXT, d json, new_time BIGINT)

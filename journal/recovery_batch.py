@@ -6,7 +6,8 @@ each call it owes first seen in one of its assistant messages. For those session
 the open turns' own events, the risks follow from it without reading the log (DESIGN §7(2)), and
 one ``insert_repairs`` appends every session's synthetic results and ``turn_end``, the turn
 journal and the tool-call states kept exactly as for any other append (by the schema's triggers
-on SQLite; on PostgreSQL by one statement each for the batch, the row trigger's part off).
+on SQLite; on PostgreSQL with the row trigger off, by one statement each for the batch, G4's
+check one more).
 
 The pure planner (``journal.pure.plan``) stays the oracle and the path for everything else, which
 this module hands back to the caller: forks (calls inherited through the parent), nested or
@@ -16,8 +17,8 @@ closed), an event too large for the journal's limit, and sessions with no open t
 unknown, or repaired since the scan). Both backends have the statement, each in its own
 dialect (``journal.store.sqlite_sql``, ``journal.store.postgres_sql``); a backend without it
 (``sql.open_work`` is ``None``) would hand back every session. On PostgreSQL ``insert_repairs``
-is one round trip: one ``INSERT`` of the batch's rows as arrays and the derived state's two
-statements (not a statement and a PL/pgSQL call per row), under one savepoint, in the
+is one round trip: one ``INSERT`` of the batch's rows as arrays, G4's check of the batch, and
+the derived state's two statements (not a PL/pgSQL call per row), under one savepoint, in the
 transaction that took the journal's advisory lock with its ``BEGIN``; on SQLite it is the
 prepared ``INSERT`` run per row, the triggers keeping the rest.
 

@@ -439,29 +439,28 @@ def test_a_version_6_schema_made_before_the_meta_digests_is_read_as_it_is_and_up
 
 
 CURRENT_TRIGGER = (
-    "SELECT prosrc LIKE '%current_setting(''journal.derived''%' FROM pg_proc "
-    "WHERE proname = 'journal_events_insert' AND pronamespace = current_schema()::regnamespace"
+    "SELECT pg_get_triggerdef(t.oid) LIKE '%journal.derived%', to_regproc('journal_events_contiguous') IS NOT NULL "
+    "FROM pg_trigger AS t WHERE t.tgname = 'events_insert' AND t.tgrelid = 'events'::regclass"
+)
+V7_TRIGGER = (  # the row trigger as schema_pg.sql made it in version 7: called for every row
+    "DROP TRIGGER events_insert ON events; DROP FUNCTION journal_events_contiguous(text[], bigint[]); "
+    "CREATE TRIGGER events_insert BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION journal_events_insert()"
 )
 
 
 def test_a_version_7_row_trigger_is_migrated_by_a_write_open_and_recovery_writes_derived_state_once(
     pg_dsn: str,
 ) -> None:
-    from journal.store.postgres import _trigger_upgrade
-
     journal.open(pg_dsn).close()
-    old = _trigger_upgrade().replace(
-        "\n       AND current_setting('journal.derived', true) IS DISTINCT FROM 'statement' THEN", " THEN"
-    )
-    assert "current_setting('journal.derived'" not in old
-    with Raw(pg_dsn) as raw:  # the function as schema_pg.sql made it in version 7
-        raw.execute(old)
+    with Raw(pg_dsn) as raw:
+        assert raw.execute(CURRENT_TRIGGER) == [(True, True)]
+        raw.execute(V7_TRIGGER)
         raw.execute("UPDATE journal_meta SET schema_version = 7")
-        assert raw.execute(CURRENT_TRIGGER) == [(False,)]
+        assert raw.execute(CURRENT_TRIGGER) == [(False, False)]
     with journal.open(pg_dsn, readonly=True) as j:  # read as it is: nothing is changed
         assert j.sessions() == []
     with Raw(pg_dsn) as raw:
-        assert raw.execute(CURRENT_TRIGGER) == [(False,)]
+        assert raw.execute(CURRENT_TRIGGER) == [(False, False)]
         assert raw.execute("SELECT schema_version FROM journal_meta") == [(7,)]
     with journal.open(pg_dsn) as j:
         for n in range(3):
@@ -487,5 +486,37 @@ def test_a_version_7_row_trigger_is_migrated_by_a_write_open_and_recovery_writes
             (3, "committed", "interrupted")  # step_start, the request, the turn_end: once each
         ]
         assert raw.execute("SELECT DISTINCT state FROM tool_calls") == [("resolved",)]
-        assert raw.execute(CURRENT_TRIGGER) == [(True,)]
+        assert raw.execute(CURRENT_TRIGGER) == [(True, True)]
         assert raw.execute("SELECT schema_version FROM journal_meta") == [(8,)]
+
+
+def test_recoverys_batch_insert_checks_g4_for_all_its_rows_with_the_row_trigger_off(pg_dsn: str) -> None:
+    """``insert_repairs`` writes its rows with the row trigger off (``journal.derived``): G4 is
+    checked for the whole batch by one statement after them. A batch with a row that does not
+    continue its session (a gap, a seq under a fork's seed) is refused whole; the trigger is on
+    again for the next write; a batch over several sessions that continues each is written."""
+    end = '{"reason":"interrupted"}'
+    with journal.open(pg_dsn) as j:
+        for sid in ("a", "b"):
+            j.create_session(sid)
+            j.append_many(sid, [("user_message", {"content": "hi"}), ("turn_start", {"turn": 1})])
+        j.fork("a", at=0, id="f")  # seed length 1
+        j.append_many("f", [("turn_start", {"turn": 1})])  # every session's next seq is 2
+        for rows in (
+            [("a", 2, "turn_end", end, 1), ("b", 3, "turn_end", end, 1)],  # b skips its seq 2
+            [("f", 0, "turn_end", end, 1)],  # under the fork's seed
+            [("a", 3, "turn_end", end, 1), ("a", 4, "turn_end", end, 1)],  # a gap at a's seq 2
+            [("a", 2, "turn_end", end, 1), ("a", 4, "turn_end", end, 1)],  # a gap inside the batch
+        ):
+            with j._store.write("test") as db:
+                with pytest.raises(journal.SchemaViolation):
+                    db.insert_repairs(rows, [], [(r[0], 1, r[1], "interrupted") for r in rows])
+                with pytest.raises(journal.SchemaViolation):  # the row trigger is on again
+                    db.insert_events([("b", 3, "user_message", '{"content":"x"}', 1)])
+        assert [e.type for s in ("a", "b", "f") for e in j.events(s) if e.type == "turn_end"] == []
+        rows = [(sid, 2, "turn_end", end, 1) for sid in ("a", "b", "f")]
+        with j._store.write("test") as db:
+            db.insert_repairs(rows, [], [(sid, 1, 2, "interrupted") for sid in ("a", "b", "f")])
+        assert [e.seq for s in ("a", "b", "f") for e in j.events(s) if e.type == "turn_end"] == [2, 2, 2]
+        assert j.scan().clean
+        assert j.check() == []

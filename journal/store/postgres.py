@@ -267,17 +267,25 @@ CREATE INDEX IF NOT EXISTS session_meta_session ON session_meta (session_id);
 
 
 def _trigger_upgrade() -> str:
-    """``CREATE OR REPLACE`` of ``journal_events_insert`` as schema_pg.sql defines it."""
+    """Version 7 to 8: ``journal_events_insert`` and ``journal_events_contiguous`` as
+    schema_pg.sql defines them, and the row trigger made again with its ``WHEN``."""
     text = schema_sql()
-    start = text.index("CREATE FUNCTION journal_events_insert()")
-    end = text.index("END $$;", start) + len("END $$;")
-    return "CREATE OR REPLACE" + text[start + len("CREATE") : end]
+
+    def function(name: str) -> str:
+        start = text.index(f"CREATE FUNCTION {name}(")
+        end = text.index("END $$;", start) + len("END $$;")
+        return "CREATE OR REPLACE" + text[start + len("CREATE") : end]
+
+    start = text.index("CREATE TRIGGER events_insert ")
+    trigger = text[start : text.index(";", start) + 1]
+    functions = [function("journal_events_insert"), function("journal_events_contiguous")]
+    return "\n".join([*functions, "DROP TRIGGER events_insert ON events;", trigger])
 
 
 # Each migration takes a schema from its version to the next, inside one write transaction (the
 # SQLite file's versions: 7 names the submission order ``ordinal``, state values were bytes here
-# already; 8: recovery writes a batch's derived state by statement, its row trigger's part off
-# under ``journal.derived``, so the trigger's function is today's).
+# already; 8: recovery writes a batch's rows with the row trigger off under ``journal.derived``,
+# G4 checked and the derived state written by statement, so the trigger is made again).
 MIGRATIONS: dict[int, str] = {
     6: "ALTER TABLE submissions RENAME COLUMN rowid TO ordinal",
     7: _trigger_upgrade(),
@@ -355,14 +363,14 @@ class PgDatabase:
             self.execute(INSERT_EVENTS, [list(column) for column in zip(*rows, strict=True)])
 
     def insert_repairs(self, rows: Sequence[EventRow], results: Sequence[ResultRow], ends: Sequence[EndRow]) -> None:
-        """Recovery's rows and, set-based, the derived state they make (``INSERT_REPAIRS``):
-        one round trip and four statements for the batch, under one savepoint."""
+        """Recovery's rows, G4's check and, set-based, the derived state they make
+        (``INSERT_REPAIRS``): one round trip for the batch, under one savepoint."""
         if not rows:
             return
         columns = [list(c) for c in zip(*rows, strict=True)]
         found = [list(c) for c in zip(*results, strict=True)] if results else [[], [], [], []]
         closed = [list(c) for c in zip(*ends, strict=True)] if ends else [[], [], [], []]
-        self.execute(INSERT_REPAIRS, [*columns, *found, *closed])
+        self.execute(INSERT_REPAIRS, [*columns, columns[0], columns[1], *found, *closed])
 
     def _undo(self) -> None:
         """Undo what the statement did: the server's refusal left the transaction in error; a

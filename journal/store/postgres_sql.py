@@ -250,13 +250,15 @@ INSERT_EVENTS = (
 )
 
 # Recovery's repairs of a batch of sessions (``PgDatabase.insert_repairs``): the rows in one
-# INSERT with the row trigger's derived state off (``journal.derived``: see schema_pg.sql), then
-# that state written for all of them at once, exactly as the trigger writes it for a
-# ``tool_result`` (the call resolved) and a ``turn_end`` (its turn closed as interrupted): one
-# statement each, not a PL/pgSQL call per row. Bindings: the five event columns, then the
-# results' (session, call, name, seq), then the ends' (session, turn start, seq, reason).
+# INSERT with the row trigger off (``journal.derived``: see schema_pg.sql), G4 checked for all of
+# them at once, then their derived state written for all of them, exactly as the trigger writes
+# it for a ``tool_result`` (the call resolved) and a ``turn_end`` (its turn closed as
+# interrupted): one statement each, not a PL/pgSQL call per row. Bindings: the five event
+# columns, the sessions and seqs again, then the results' (session, call, name, seq), then the
+# ends' (session, turn start, seq, reason).
 INSERT_REPAIRS = (
     "SET LOCAL journal.derived = 'statement'; " + INSERT_EVENTS + "; SET LOCAL journal.derived = ''; "
+    "SELECT journal_events_contiguous(?::text[], ?::bigint[]); "
     "INSERT INTO tool_calls (session_id, call_id, name, result_seq, state) "
     "SELECT r.session_id, r.call_id, r.name, r.seq, 'resolved' "
     "FROM unnest(?::text[], ?::text[], ?::text[], ?::bigint[]) AS r (session_id, call_id, name, seq) "
