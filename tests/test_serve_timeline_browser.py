@@ -10,45 +10,18 @@ with the reason, when Playwright or chromium is missing (as tests/test_serve_bro
 
 from __future__ import annotations
 
-import shutil
 import urllib.parse
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 import journal
 from journal.serve.app import Viewer
 from journal.serve.screenshot import demo_journal, screenshot
+from tests import test_serve_browser as _browser_tests  # skips this module too without Playwright or chromium
 from tests.test_serve import serving
 from tests.test_serve_timeline import HOSTILE_ARGS, HOSTILE_CALL, HOSTILE_SESSION, HOSTILE_TOOL, build_hostile
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (pip install playwright)")
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-if CHROMIUM is None:
-    pytest.skip("no chromium on PATH (Debian: apt-get install chromium)", allow_module_level=True)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with sync_api.sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield launched
-        launched.close()
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    context = browser.new_context()
-    opened = context.new_page()
-    opened.set_default_timeout(15_000)  # a bound on waiting (a loaded machine), never a measure
-    problems: list[str] = []
-    opened.on("dialog", lambda dialog: (problems.append(f"dialog: {dialog.message}"), dialog.dismiss()))
-    opened.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    opened.problems = problems
-    yield opened
-    context.close()
+browser, page = _browser_tests.browser, _browser_tests.page  # the same fixtures
 
 
 def timeline_at(viewer: Viewer, session_id: str) -> str:

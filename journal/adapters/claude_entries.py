@@ -56,15 +56,17 @@ def answer_uuid(session_id: str, call_id: str) -> str:
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
-def _dumps(value: Any) -> str:
+def dumps(value: Any) -> str:
+    """A JSON value's compact text, as entries are measured and compared (also openai_fold's)."""
     return _ENCODER.encode(value)
 
 
-def _same(a: Any, b: Any) -> bool:
-    """Whether two JSON values are the same JSON (``True`` is not ``1``; strings compare as is)."""
+def same(a: Any, b: Any) -> bool:
+    """The same JSON, strictly: ``True`` is not ``1``, ``1`` is not ``1.0``, key order counts
+    (strings compare as is)."""
     if type(a) is str and type(b) is str:
         return a == b
-    return type(a) is type(b) and _dumps(a) == _dumps(b)
+    return type(a) is type(b) and dumps(a) == dumps(b)
 
 
 def _entry_values(entry: dict[str, Any]) -> list[tuple[list[Any], Any]]:
@@ -231,11 +233,11 @@ def fold(
         held: dict[str, str] = {}
         for n, (_type, data, _key) in enumerate(derived):
             for code, value in _typed_refs(data):
-                held.setdefault(_dumps(value), REF + code + (f"@{n - carrier}" if n != carrier else ""))
+                held.setdefault(dumps(value), REF + code + (f"@{n - carrier}" if n != carrier else ""))
         for path, value in [*_entry_values(entry), *_block_places(entry)]:
             if not isinstance(value, (str, list, dict)) or any(tuple(path[: len(h)]) == h for h in refs):
                 continue
-            text = _dumps(value)
+            text = dumps(value)
             ref = held.get(text)
             if ref is not None and len(text) > len(ref) + 2:
                 refs[tuple(path)] = ref
@@ -296,11 +298,11 @@ class Shapes:
         """How ``residue`` is stored at ``seq``: whole, or as the changes to the base of its shape
         that are shortest, when that is shorter."""
         best: Any = residue
-        size = len(_dumps(residue))
+        size = len(dumps(residue))
         for base_seq, base in self.by_keys.get(tuple(residue), ()):
-            changes = {name: value for name, value in residue.items() if not _same(value, base[name])}
+            changes = {name: value for name, value in residue.items() if not same(value, base[name])}
             diff = [base_seq - seq, changes]
-            length = len(_dumps(diff))
+            length = len(dumps(diff))
             if length < size:
                 best, size = diff, length
         return best

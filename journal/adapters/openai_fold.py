@@ -33,6 +33,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
+from journal.adapters.claude_entries import dumps, same
 from journal.errors import CorruptJournal
 from journal.escape import escape
 from journal.model import Event
@@ -43,20 +44,8 @@ CARRIED = "openai_items"  # the metadata key of a carrier's entries
 CARRIERS = ("user_message", "system_message", "assistant_message", "tool_result", "tool_result_late")
 _ABSENT = object()
 _SLOT = object()  # a template field whose place is fixed and whose value is always the residue's
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 _COMPACT = json.JSONEncoder(separators=(",", ":"))  # json.dumps(..., separators=(",", ":")), built once
 _MIN_REF = 4  # shorter contents are not worth a reference
-
-
-def dumps(value: Any) -> str:
-    return _ENCODER.encode(value)
-
-
-def same(a: Any, b: Any) -> bool:
-    """The same JSON, strictly: ``True`` is not ``1``, ``1`` is not ``1.0``, key order counts."""
-    if type(a) is str and type(b) is str:
-        return a == b
-    return type(a) is type(b) and dumps(a) == dumps(b)
 
 
 # -- the items a typed event rebuilds ---------------------------------------------------------------

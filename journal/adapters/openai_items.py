@@ -36,6 +36,7 @@ from typing import Any
 
 import attrs
 
+from journal.adapters.claude_entries import same
 from journal.adapters.openai_fold import (
     CARRIED,
     CARRIERS,
@@ -46,7 +47,6 @@ from journal.adapters.openai_fold import (
     fold,
     function_call,
     is_row,
-    same,
     stored,
 )
 from journal.model import Event
