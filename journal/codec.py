@@ -120,10 +120,12 @@ _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, check_circular=
 # The C encoder behind ``_encoder``, made once: ``JSONEncoder.encode`` builds it again on every
 # call, which costs as much as encoding a short message. (Absent where json has no C speedups.)
 _make_c_encoder: Callable[..., Any] | None = getattr(json.encoder, "c_make_encoder", None)  # not in typeshed
+# The encoder of a JSON string that both use (non-ASCII kept as it is, ensure_ascii=False).
+_string: Callable[[str], str] = json.encoder.encode_basestring
 _c_encoder = (
     None
     if _make_c_encoder is None
-    else _make_c_encoder(None, _encoder.default, json.encoder.encode_basestring, None, ":", ",", False, False, False)
+    else _make_c_encoder(None, _encoder.default, _string, None, ":", ",", False, False, False)
 )
 
 

@@ -364,11 +364,12 @@ class Recovery:
                 targets = [sid for (sid,) in db.execute(db.sql.interrupted_sessions)]
         results: list[RecoveryResult] = []
         size = max(1, self.batch_sessions)
-        for first in range(0, len(targets), size):
-            batch = targets[first : first + size]
-            results.extend(self._recover_batch(batch, force=force, scanned=session_id is None))
-            if on_progress is not None:
-                on_progress(len(results), len(targets))
+        with paused_collector():  # the results kept grow with every batch (journal.bulk)
+            for first in range(0, len(targets), size):
+                batch = targets[first : first + size]
+                results.extend(self._recover_batch(batch, force=force, scanned=session_id is None))
+                if on_progress is not None:
+                    on_progress(len(results), len(targets))
         return results
 
     def _recover_batch(self, session_ids: list[str], *, force: bool, scanned: bool) -> list[RecoveryResult]:

@@ -32,9 +32,10 @@ import json
 from typing import Any
 
 from journal.codec import Codec
+from journal.codec import _string as _json_string  # the codec's encoder of a JSON string
 from journal.codec import _to_text as _encoded  # the codec's own encoder: the same text as its encode
 from journal.model import Event, EventType, Risk, TurnEndReason
-from journal.pure.plan import synthetic_result_data
+from journal.pure.plan import synthetic_head, synthetic_result_data
 from journal.store import Database
 
 __all__ = ["recover_common_txn"]
@@ -86,24 +87,21 @@ def recover_common_txn(
             continue
         turn[6][call_id] = (name, disp)
     rows: list[tuple[str, int, str, str, int]] = []
+    results: list[tuple[str, str, str, int]] = []
+    ends: list[tuple[str, int, int, str]] = []
     appended: dict[str, list[Event]] = {}
-    for sid, (_start, number, steps, step_open, next_seq, dispatching, calls) in turns.items():
+    limit = codec.max_event_bytes
+    for sid, (start, number, steps, step_open, next_seq, dispatching, calls) in turns.items():
         if sid in unplanned:
             continue
-        events = _repairs(codec, sid, number, steps, step_open, next_seq, dispatching, calls, time_ms, rows)
+        events = _repairs(
+            sid, start, number, steps, step_open, next_seq, dispatching, calls, time_ms, limit, rows, results, ends
+        )
         if events is None:
             unplanned.add(sid)
         else:
             appended[sid] = events
     if rows:
-        results: list[tuple[str, str, str, int]] = []
-        ends: list[tuple[str, int, int, str]] = []
-        for sid, events in appended.items():
-            for event in events:
-                if event.type == _RESULT:
-                    results.append((sid, event.data["tool_call_id"], event.data["name"], event.seq))
-                else:
-                    ends.append((sid, turns[sid][0], event.seq, _INTERRUPTED))
         db.insert_repairs(rows, results, ends)
         for sid, events in appended.items():
             db.next_seqs[sid] = events[-1].seq + 1
@@ -111,8 +109,8 @@ def recover_common_txn(
 
 
 def _repairs(
-    codec: Codec,
     sid: str,
+    start: int,
     number: int | None,
     steps: int,
     step_open: int,
@@ -120,13 +118,17 @@ def _repairs(
     dispatching: int,
     calls: dict[str, tuple[str, int | None]],
     time_ms: int,
+    limit: int,
     rows: list[tuple[str, int, str, str, int]],
+    results: list[tuple[str, str, str, int]],
+    ends: list[tuple[str, int, int, str]],
 ) -> list[Event] | None:
-    """The session's repairs as events, their rows added to ``rows``; ``None`` when the planner
-    must decide (rule 3 needs the steps' places, or an event is over the size limit)."""
+    """The session's repairs as events, their rows added to ``rows`` and their derived state to
+    ``results`` and ``ends``; ``None`` when the planner must decide (rule 3 needs the steps'
+    places, or an event might be over the size limit), nothing added then."""
     events: list[Event] = []
     seq = next_seq
-    first = len(rows)
+    first, first_result = len(rows), len(results)
     for call_id, (name, dispatch_seq) in calls.items():
         if dispatch_seq is not None:  # 1: handed to its executor, no result
             risk = Risk.TOOL_OUTCOME_UNKNOWN
@@ -135,37 +137,51 @@ def _repairs(
         elif steps == 0 or (steps == 1 and step_open):  # 4: no step, or the only one never closed
             risk = Risk.TOOL_OUTCOME_UNKNOWN
         else:  # 3 or 4 depends on which step the call was seen in: the planner reads the log
-            del rows[first:]
+            del rows[first:], results[first_result:]
             return None
-        data = synthetic_result_data(call_id, name, risk)
-        if not _append(codec, sid, seq, _RESULT, data, time_ms, rows, events):
-            del rows[first:]
+        data, text = _synthetic(call_id, name, risk)
+        if len(text) * 4 > limit:  # might be over (a text that might pass is left to the codec)
+            del rows[first:], results[first_result:]
             return None
+        rows.append((sid, seq, _RESULT, text, time_ms))
+        results.append((sid, call_id, name, seq))
+        events.append(Event(sid, seq, _RESULT, data, time_ms))
         seq += 1
-    end: dict[str, Any] = {} if number is None else {"turn": number}
-    end["steps"] = steps
-    end["reason"] = _INTERRUPTED
-    if not _append(codec, sid, seq, _TURN_END, end, time_ms, rows, events):
-        del rows[first:]
-        return None
+    if number is None:
+        end: dict[str, Any] = {"steps": steps, "reason": _INTERRUPTED}
+        text = f'{{"steps":{steps},"reason":"{_INTERRUPTED}"}}'
+    else:
+        end = {"turn": number, "steps": steps, "reason": _INTERRUPTED}
+        text = f'{{"turn":{number},"steps":{steps},"reason":"{_INTERRUPTED}"}}'
+    rows.append((sid, seq, _TURN_END, text, time_ms))
+    ends.append((sid, start, seq, _INTERRUPTED))
+    events.append(Event(sid, seq, _TURN_END, end, time_ms))
     return events
 
 
-def _append(
-    codec: Codec,
-    sid: str,
-    seq: int,
-    type_: str,
-    data: dict[str, Any],
-    time_ms: int,
-    rows: list[tuple[str, int, str, str, int]],
-    events: list[Event],
-) -> bool:
-    """Add one repair's row and event. The data is built here of text the log holds, so it needs
-    no validation walk, only the size limit (a text that might pass it is left to the codec)."""
+def _result_template(risk: Risk) -> tuple[dict[str, Any], str, str]:
+    """A synthetic result of this risk as ``synthetic_result_data`` makes it, the content's part
+    after the call's head, and the codec's text of the whole after that head: what a result of
+    this risk shares with every other."""
+    data = synthetic_result_data("c", "n", risk)
     text = _encoded(data)
-    if len(text) * 4 > codec.max_event_bytes:
-        return False
-    rows.append((sid, seq, type_, text, time_ms))
-    events.append(Event(sid, seq, type_, data, time_ms))
-    return True
+    head = synthetic_head("c", "n")
+    prefix = '{"tool_call_id":"c","name":"n","content":' + _json_string(head)[:-1]
+    if not text.startswith(prefix):  # synthetic_result_data's shape changed: this must follow
+        raise RuntimeError(f"a synthetic result no longer encodes as {prefix!r}...")
+    return data, data["content"][len(head) :], text[len(prefix) :]
+
+
+_TEMPLATES = {risk: _result_template(risk) for risk in Risk}
+
+
+def _synthetic(call_id: str, name: str, risk: Risk) -> tuple[dict[str, Any], str]:
+    """``synthetic_result_data(call_id, name, risk)`` and its text as the codec encodes it, the
+    part every result of the risk shares encoded once (the content is most of the text)."""
+    template, tail, after = _TEMPLATES[risk]
+    head = synthetic_head(call_id, name)
+    data = {**template, "tool_call_id": call_id, "name": name, "content": head + tail}
+    data["metadata"] = dict(template["metadata"])
+    text = '{"tool_call_id":' + _json_string(call_id) + ',"name":' + _json_string(name)
+    text += ',"content":' + _json_string(head)[:-1] + after
+    return data, text

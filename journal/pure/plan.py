@@ -23,7 +23,16 @@ import attrs
 
 from journal.model import Event, EventType, Risk, TurnEndReason
 
-__all__ = ["Before", "Repair", "interrupted", "open_turns", "plan", "synthetic_result", "synthetic_result_data"]
+__all__ = [
+    "Before",
+    "Repair",
+    "interrupted",
+    "open_turns",
+    "plan",
+    "synthetic_head",
+    "synthetic_result",
+    "synthetic_result_data",
+]
 
 _log = logging.getLogger("journal.recovery")
 
@@ -233,18 +242,27 @@ def synthetic_result_data(
 
 
 def _text(call_id: str, name: str | None, risk: Risk) -> str:
+    return synthetic_head(call_id, name) + _TAILS[risk]
+
+
+def synthetic_head(call_id: str, name: str | None) -> str:
+    """The part of a synthetic result's content that names the call; the rest is its risk's
+    own, the same for every call (a writer that encodes the text itself encodes that once)."""
     tool = f"tool {name!r}" if name is not None else "a tool of unknown name"
-    head = f"The call {call_id!r} to {tool} was interrupted by a crash and has no result."
-    if risk is Risk.TOOL_NOT_STARTED:
-        return (
-            f"{head} It was never dispatched: it did not run and had no side effects. "
-            "It is safe to call it again if it is still needed."
-        )
-    return (
-        f"{head} It MAY have run before the crash, so whether its side effects happened is "
+    return f"The call {call_id!r} to {tool} was interrupted by a crash and has no result. "
+
+
+_TAILS = {
+    Risk.TOOL_NOT_STARTED: (
+        "It was never dispatched: it did not run and had no side effects. "
+        "It is safe to call it again if it is still needed."
+    ),
+    Risk.TOOL_OUTCOME_UNKNOWN: (
+        "It MAY have run before the crash, so whether its side effects happened is "
         "unknown. Do not simply call it again: verify before retrying (check whether its "
         "effect took place, or ask the user)."
-    )
+    ),
+}
 
 
 def _turn_end(turn: _Turn) -> Repair:

@@ -21,6 +21,9 @@ from hypothesis import strategies as st
 
 import journal
 from journal import recovery as recovery_module
+from journal import recovery_batch
+from journal.codec import _to_text
+from journal.model import Risk
 from journal.pure import plan as pure
 from journal.recovery import Recovery
 from tests.strategies import interrupted_logs
@@ -89,6 +92,18 @@ def _build(path: Path, logs: list[list]) -> dict[str, list]:
             plans[sid] = [(r.type, r.data) for r in pure.plan(j.events(sid))]
         j.checkpoint()
     return plans
+
+
+_ANY_TEXT = st.text(st.characters(blacklist_categories=()), max_size=40)  # lone surrogates, controls too
+
+
+@given(call_id=_ANY_TEXT, name=_ANY_TEXT, risk=st.sampled_from(list(Risk)))
+def test_a_synthetic_result_the_set_based_path_encodes_itself_is_what_the_codec_encodes(call_id, name, risk) -> None:
+    data, text = recovery_batch._synthetic(call_id, name, risk)
+    expected = pure.synthetic_result_data(call_id, name, risk)
+    assert data == expected and list(data) == list(expected) and list(data["metadata"]) == list(expected["metadata"])
+    assert data["metadata"] is not recovery_batch._TEMPLATES[risk][0]["metadata"]  # each event its own
+    assert text == _to_text(expected)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
