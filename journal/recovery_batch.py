@@ -17,10 +17,11 @@ closed), an event too large for the journal's limit, and sessions with no open t
 unknown, or repaired since the scan). Both backends have the statement, each in its own
 dialect (``journal.store.sqlite_sql``, ``journal.store.postgres_sql``); a backend without it
 (``sql.open_work`` is ``None``) would hand back every session. On PostgreSQL ``insert_repairs``
-is one round trip: one ``INSERT`` of the batch's rows as arrays, G4's check of the batch, and
-the derived state's two statements (not a PL/pgSQL call per row), under one savepoint, in the
-transaction that took the journal's advisory lock with its ``BEGIN``; on SQLite it is the
-prepared ``INSERT`` run per row, the triggers keeping the rest.
+is one ``INSERT`` of the batch's rows as arrays, G4's check of the batch, and the derived state's
+two statements (not a PL/pgSQL call per row), under one savepoint, their columns bound in binary,
+in the transaction that took the journal's advisory lock with its ``BEGIN``; on SQLite it is the
+prepared ``INSERT`` run per row, G4's trigger checking each, and the same two statements for the
+derived state.
 
 Run inside the caller's write transaction: the plan is made from what that transaction sees, so
 racing recoverers make one repair (G8).

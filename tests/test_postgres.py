@@ -490,6 +490,34 @@ def test_a_version_7_row_trigger_is_migrated_by_a_write_open_and_recovery_writes
         assert raw.execute("SELECT schema_version FROM journal_meta") == [(8,)]
 
 
+def test_recoverys_batch_binds_any_text_as_it_is_on_both_backends(pg_dsn: str, tmp_path: Path) -> None:
+    """Recovery's batch goes to PostgreSQL as binary columns: ids, names and texts that an array
+    literal would have to quote (braces, commas, quotes, backslashes, NULL, spaces, non-ASCII)
+    come back as they went in, and both backends append the same repairs."""
+    odd = ["{a,b}", "NULL", 'say "hi"', "back\\slash", "two  spaces", "é✓ 漢字", "it's", "{}"]
+    appended = {}
+    for target in (pg_dsn, tmp_path / "j.db"):
+        with journal.open(target) as j:
+            for n, text in enumerate(odd):
+                ascii_part = "".join(c for c in text if c.isascii() and c.isprintable() and c != " ")
+                sid = j.create_session(f"s{n}-{ascii_part}").id
+                call = {"id": text, "name": text, "arguments": {"q": text}}
+                j.append_many(sid, [
+                    ("user_message", {"content": text}),
+                    ("turn_start", {"turn": 1}),
+                    ("assistant_message", {"content": text, "tool_calls": [call]}),
+                    ("tool_call", {"id": text, "name": text}),
+                ])  # fmt: skip
+            results = j.recover()
+            appended[str(target)] = sorted((r.session_id, [(e.type, e.data) for e in r.appended]) for r in results)
+            assert j.scan().clean and j.check() == []
+            for sid, events in appended[str(target)]:
+                assert [(e.type, e.data) for e in j.events(sid)][-2:] == events
+    pg, lite = appended.values()
+    assert pg == lite and len(pg) == len(odd)
+    assert [events[0][1]["tool_call_id"] for _sid, events in pg] == [odd[int(s[1:].split("-", 1)[0])] for s, _ in pg]
+
+
 def test_recoverys_batch_insert_checks_g4_for_all_its_rows_with_the_row_trigger_off(pg_dsn: str) -> None:
     """``insert_repairs`` writes its rows with the row trigger off (``journal.derived``): G4 is
     checked for the whole batch by one statement after them. A batch with a row that does not

@@ -60,7 +60,16 @@ from journal.store.base import (
     UniqueViolation,
     lone_surrogate,
 )
-from journal.store.postgres_sql import APPEND_ONE, INSERT_EVENTS, INSERT_REPAIRS, STATEMENTS
+from journal.store.postgres_sql import (
+    APPEND_ONE,
+    CLOSE_TURNS,
+    DERIVED_BY_ROW,
+    DERIVED_BY_STATEMENT,
+    EVENTS_CONTIGUOUS,
+    INSERT_EVENTS,
+    RESOLVE_CALLS,
+    STATEMENTS,
+)
 from journal.store.postgres_sql import PREVIEWS_AT_SQL as PREVIEWS_AT_SQL  # (where they were: tests name them here)
 from journal.store.postgres_sql import PREVIEWS_SQL as PREVIEWS_SQL
 from journal.store.target import redact, secrets
@@ -94,16 +103,18 @@ _TOKENS = re.compile(r"'(?:[^']|'')*'|\?(\d*)|%")
 
 
 @functools.lru_cache(maxsize=1024)
-def pg_sql(sql: str) -> tuple[str, tuple[int, ...] | None, bool]:
+def pg_sql(sql: str, *, binary: bool = False) -> tuple[str, tuple[int, ...] | None, bool]:
     """A statement's placeholders in psycopg's style: ``(text, order, writes)``. Only the
     placeholders change: the text is PostgreSQL's already (``journal.store.postgres_sql`` holds
     the statements whose text differs from SQLite's).
 
     ``?`` becomes ``%s`` (a ``%`` is doubled, inside a string literal too); ``?N`` too, and
-    ``order`` then names, for each ``%s``, the 0-based index of the binding it takes.
+    ``order`` then names, for each ``%s``, the 0-based index of the binding it takes. With
+    ``binary``, ``%b`` in place of ``%s``: the values go to the server in binary.
     ``writes``: the statement may change rows (it runs under a savepoint inside a transaction)."""
     order: list[int] = []
     numbered = False
+    placeholder = "%b" if binary else "%s"
 
     def token(match: re.Match[str]) -> str:
         nonlocal numbered
@@ -117,7 +128,7 @@ def pg_sql(sql: str) -> tuple[str, tuple[int, ...] | None, bool]:
             order.append(int(match.group(1)) - 1)
         else:
             order.append(len(order))
-        return "%s"
+        return placeholder
 
     out = _TOKENS.sub(token, sql)
     first = out.lstrip().split(None, 1)[0].upper() if out.strip() else ""
@@ -363,14 +374,43 @@ class PgDatabase:
             self.execute(INSERT_EVENTS, [list(column) for column in zip(*rows, strict=True)])
 
     def insert_repairs(self, rows: Sequence[EventRow], results: Sequence[ResultRow], ends: Sequence[EndRow]) -> None:
-        """Recovery's rows, G4's check and, set-based, the derived state they make
-        (``INSERT_REPAIRS``): one round trip for the batch, under one savepoint."""
+        """Recovery's rows, G4's check and, set-based, the derived state they make (the statements
+        of ``journal.store.postgres_sql`` from ``DERIVED_BY_STATEMENT`` on), under one savepoint,
+        each statement's values whole columns bound in binary (``_columns``)."""
         if not rows:
             return
         columns = [list(c) for c in zip(*rows, strict=True)]
-        found = [list(c) for c in zip(*results, strict=True)] if results else [[], [], [], []]
-        closed = [list(c) for c in zip(*ends, strict=True)] if ends else [[], [], [], []]
-        self.execute(INSERT_REPAIRS, [*columns, columns[0], columns[1], *found, *closed])
+        statements: list[tuple[str, list[list[Any]]]] = [
+            (DERIVED_BY_STATEMENT, []),
+            (INSERT_EVENTS, columns),
+            (DERIVED_BY_ROW, []),
+            (EVENTS_CONTIGUOUS, columns[:2]),
+        ]
+        if results:
+            statements.append((RESOLVE_CALLS, [list(c) for c in zip(*results, strict=True)]))
+        if ends:
+            statements.append((CLOSE_TURNS, [list(c) for c in zip(*ends, strict=True)]))
+        self._columns(statements)
+
+    def _columns(self, statements: Sequence[tuple[str, Sequence[list[Any]]]]) -> None:
+        """Statements whose values are whole columns (arrays), in order, under one savepoint
+        inside a write transaction, each bound on the server in binary: one round trip each.
+        (``execute``'s one-round-trip script quotes its values on the client, which for arrays
+        costs tens of µs a row; binary costs a few.)"""
+        conn = self._conn
+        cursor = conn.cursor()
+        try:
+            if self._guarded:
+                cursor.execute("SAVEPOINT statement")
+            for sql, columns in statements:
+                cursor.execute(pg_sql(sql, binary=True)[0], columns)
+            if self._guarded:
+                cursor.execute("RELEASE statement")
+        except BaseException as exc:
+            if self._guarded:
+                self._undo()
+            raise self._refused(exc) from exc
+        self._cursor = cursor
 
     def _undo(self) -> None:
         """Undo what the statement did: the server's refusal left the transaction in error; a

@@ -249,20 +249,23 @@ INSERT_EVENTS = (
     "WITH ORDINALITY AS r (session_id, seq, type, data, time_ms, n) ORDER BY r.n"
 )
 
-# Recovery's repairs of a batch of sessions (``PgDatabase.insert_repairs``): the rows in one
-# INSERT with the row trigger off (``journal.derived``: see schema_pg.sql), G4 checked for all of
-# them at once, then their derived state written for all of them, exactly as the trigger writes
-# it for a ``tool_result`` (the call resolved) and a ``turn_end`` (its turn closed as
-# interrupted): one statement each, not a PL/pgSQL call per row. Bindings: the five event
-# columns, the sessions and seqs again, then the results' (session, call, name, seq), then the
-# ends' (session, turn start, seq, reason).
-INSERT_REPAIRS = (
-    "SET LOCAL journal.derived = 'statement'; " + INSERT_EVENTS + "; SET LOCAL journal.derived = ''; "
-    "SELECT journal_events_contiguous(?::text[], ?::bigint[]); "
+# Recovery's repairs of a batch of sessions (``PgDatabase.insert_repairs``), in this order: the
+# rows in one INSERT with the row trigger off (``journal.derived``: see schema_pg.sql), G4 checked
+# for all of them at once, then their derived state written for all of them, exactly as the
+# trigger writes it for a ``tool_result`` (the call resolved) and a ``turn_end`` (its turn closed
+# as interrupted): one statement each, not a PL/pgSQL call per row. Each statement's values are
+# whole columns: the five event columns; the sessions and seqs again; the results' (session,
+# call, name, seq); the ends' (session, turn start, seq, reason).
+DERIVED_BY_STATEMENT = "SET LOCAL journal.derived = 'statement'"
+DERIVED_BY_ROW = "SET LOCAL journal.derived = ''"
+EVENTS_CONTIGUOUS = "SELECT journal_events_contiguous(?::text[], ?::bigint[])"
+RESOLVE_CALLS = (
     "INSERT INTO tool_calls (session_id, call_id, name, result_seq, state) "
     "SELECT r.session_id, r.call_id, r.name, r.seq, 'resolved' "
     "FROM unnest(?::text[], ?::text[], ?::text[], ?::bigint[]) AS r (session_id, call_id, name, seq) "
-    "ON CONFLICT (session_id, call_id) DO UPDATE SET result_seq = excluded.result_seq, state = 'resolved'; "
+    "ON CONFLICT (session_id, call_id) DO UPDATE SET result_seq = excluded.result_seq, state = 'resolved'"
+)
+CLOSE_TURNS = (
     "UPDATE turn_journal AS t SET phase = 'committed', end_seq = u.seq, revision = t.revision + 1, "
     "step_open = 0, end_reason = u.reason "
     "FROM unnest(?::text[], ?::bigint[], ?::bigint[], ?::text[]) AS u (session_id, start_seq, seq, reason) "
