@@ -8,6 +8,7 @@ reason, when Playwright or chromium is missing.
 
 from __future__ import annotations
 
+import re
 import shutil
 import urllib.parse
 from collections.abc import Iterator
@@ -93,9 +94,9 @@ def test_live_following_shows_events_another_process_appends(db_path: Path, page
         j.append("live", "user_message", {"content": "first"})
     with serving(db_path) as viewer:
         page.goto(at(viewer, "live"))
-        page.wait_for_function(
-            "document.getElementById('live-status').textContent.startsWith('following live')", timeout=LIVE_S * 1000
-        )
+        # A locator's wait, not wait_for_function: that one evaluates its text in the page, which
+        # the viewer's CSP refuses (no 'unsafe-eval') whenever the first check is not yet true.
+        page.locator("#live-status").filter(has_text=re.compile(r"^\s*following live")).wait_for(timeout=LIVE_S * 1000)
         child = python_child(APPENDER, str(db_path), "live", HOSTILE)
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "appended"

@@ -70,7 +70,7 @@ def test_the_demo_crash_timeline_has_one_bar_per_tool_call_with_its_risk(tmp_pat
         # focus shows the bar's event in the page (the served script copies its title, as text)
         risky.focus()
         detail = page.locator("#tl-detail")
-        page.wait_for_function("document.getElementById('tl-detail').textContent.includes('t1-rm')")
+        page.locator("#tl-detail").filter(has_text="t1-rm").wait_for()  # not wait_for_function: the CSP has no eval
         assert "MAY HAVE RUN — verify before retrying" in detail.inner_text()
         # and the bar opens its event on the log page
         risky.click()
