@@ -352,20 +352,27 @@ class PgDatabase:
         text, order, _ = pg_sql(sql)
         if order is not None:
             rows = [[row[i] for i in order] for row in rows]
+        cursor = self._conn.cursor()
+        with self._statement():
+            cursor.executemany(text, rows)
+        self._cursor = cursor
+        return cursor
+
+    @contextlib.contextmanager
+    def _statement(self) -> Iterator[None]:
+        """The block as one statement of a write transaction: under a savepoint, so that a
+        refusal (translated) undoes the block alone; outside a transaction, just translated."""
         conn = self._conn
         if self._guarded:
             conn.execute("SAVEPOINT statement")
-        cursor = conn.cursor()
         try:
-            cursor.executemany(text, rows)
+            yield
         except BaseException as exc:
             if self._guarded:
                 self._undo()
             raise self._refused(exc) from exc
         if self._guarded:
             conn.execute("RELEASE statement")
-        self._cursor = cursor
-        return cursor
 
     def insert_events(self, rows: Sequence[EventRow]) -> None:
         """One ``INSERT`` of the rows as five arrays (``INSERT_EVENTS``): one execution for the
@@ -397,19 +404,11 @@ class PgDatabase:
         inside a write transaction, each bound on the server in binary: one round trip each.
         (``execute``'s one-round-trip script quotes its values on the client, which for arrays
         costs tens of µs a row; binary costs a few.)"""
-        conn = self._conn
-        cursor = conn.cursor()
-        try:
-            if self._guarded:
-                cursor.execute("SAVEPOINT statement")
+        cursor = self._conn.cursor()
+        with self._statement():
             for sql, columns in statements:
-                cursor.execute(pg_sql(sql, binary=True)[0], columns)
-            if self._guarded:
-                cursor.execute("RELEASE statement")
-        except BaseException as exc:
-            if self._guarded:
-                self._undo()
-            raise self._refused(exc) from exc
+                text, order, _ = pg_sql(sql, binary=True)
+                cursor.execute(text, columns if order is None else [columns[i] for i in order])
         self._cursor = cursor
 
     def _undo(self) -> None:
