@@ -368,22 +368,44 @@ class Log:
             if expected_count is not None and first != expected_count:
                 raise CountMismatch(session_id, expected_count, first)
             db.next_seqs[session_id] = first  # read under the write lock: the items need not read it again
-            plain = not any(k is not None or t in _GUARDED for t, _, k in encoded)
-            if plain:
-                try:
-                    db.insert_events(
-                        [(session_id, first + i, t, text, time_ms) for i, (t, text, _) in enumerate(encoded)]
-                    )
-                except SchemaViolation as exc:
-                    raise SchemaViolation("append_many", exc.detail) from exc
-                db.next_seqs[session_id] = first + len(encoded)
-                out = [Event(session_id, first + i, t, copies[i], time_ms) for i, (t, _, _) in enumerate(encoded)]
-            else:
-                out = [
-                    self._append_item_txn(db, session_id, *encoded[i], copies[i], time_ms) for i in range(len(encoded))
-                ]
+            out = self._append_items_txn(db, session_id, encoded, copies, time_ms)
             if values is not None:
                 _state.write_txn(db, session_id, next_seq_in_txn(db, session_id), values)
+        return out
+
+    def _append_items_txn(
+        self,
+        db: Database,
+        session_id: str,
+        encoded: list[tuple[str, str, str | None]],
+        copies: list[dict[str, Any]],
+        time_ms: int,
+    ) -> list[Event]:
+        """A batch's items in order: each one that needs reads (a keyed one, a dispatch, a result)
+        alone, in its place; each run of the others as one insert (``insert_events``), written
+        before the next item that reads, so that it sees them."""
+        out: list[Event] = []
+        run: list[int] = []
+
+        def flush() -> None:
+            if not run:
+                return
+            first = next_seq_in_txn(db, session_id)
+            try:
+                db.insert_events([(session_id, first + n, *encoded[i][:2], time_ms) for n, i in enumerate(run)])
+            except SchemaViolation as exc:
+                raise SchemaViolation("append_many", exc.detail) from exc
+            db.next_seqs[session_id] = first + len(run)
+            out.extend(Event(session_id, first + n, encoded[i][0], copies[i], time_ms) for n, i in enumerate(run))
+            run.clear()
+
+        for i, (type_, text, key) in enumerate(encoded):
+            if key is None and type_ not in _GUARDED:
+                run.append(i)
+                continue
+            flush()
+            out.append(self._append_item_txn(db, session_id, type_, text, key, copies[i], time_ms))
+        flush()
         return out
 
     def _append_item_txn(
