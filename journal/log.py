@@ -180,11 +180,13 @@ class Log:
         time_ms: int,
         *,
         call_id: str | None = None,
+        checked: bool = False,
         key: str | None = None,
     ) -> int:
-        """Append one validated event at the session's next seq, inside the caller's transaction."""
+        """Append one validated event at the session's next seq, inside the caller's transaction
+        (``checked`` as for ``insert_txn``)."""
         seq = next_seq_in_txn(db, session_id)
-        self.insert_txn(db, session_id, seq, type_, text, time_ms, call_id=call_id, key=key)
+        self.insert_txn(db, session_id, seq, type_, text, time_ms, call_id=call_id, checked=checked, key=key)
         return seq
 
     def insert_txn(
@@ -416,6 +418,7 @@ class Log:
             found = keyed_event_txn(db, session_id, key)
             if found is not None:
                 return found
+        checked = False
         if type_ == "tool_result":
             call_id = copy["tool_call_id"]
             winner_seq = result_seq_txn(db, session_id, call_id)
@@ -425,8 +428,11 @@ class Log:
                     return attrs.evolve(winner, existing=True)
                 seq = self.append_text_txn(db, session_id, "tool_result_late", text, time_ms, key=key)
                 return Event(session_id, seq, "tool_result_late", copy, time_ms, key)
+            checked = True  # no result in the fork chain: the insert need not ask again
         check_dispatch_in_turn_txn(db, session_id, type_, copy)
-        seq = self.append_text_txn(db, session_id, type_, text, time_ms, call_id=call_id_of(type_, copy), key=key)
+        seq = self.append_text_txn(
+            db, session_id, type_, text, time_ms, call_id=call_id_of(type_, copy), checked=checked, key=key
+        )
         return Event(session_id, seq, type_, copy, time_ms, key)
 
     # -- keyed state -----------------------------------------------------------------------------
