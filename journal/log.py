@@ -33,7 +33,14 @@ from journal.errors import (
     SchemaViolation,
     SessionExists,
 )
-from journal.lineage import chain_txn, next_seq_in_txn, next_seq_txn, read_events_txn, read_rows_txn
+from journal.lineage import (
+    chain_txn,
+    next_seq_in_txn,
+    next_seq_txn,
+    read_events_txn,
+    read_rows_txn,
+    seed_length_txn,
+)
 from journal.model import Event, Session
 from journal.model import now_ms as now_ms
 from journal.results import call_seqs_txn, dispatch_seq_txn, result_seq_txn, same_result
@@ -129,6 +136,49 @@ def _stored(db: Database, row: tuple[Any, ...]) -> bool:
 
 # Types only the engine appends, each through its own call.
 _ENGINE_ONLY = {"retract": "retract(session_id)"}
+
+
+_OPEN_TURNS_OF = "SELECT count(*) FROM turn_journal WHERE session_id = ? AND end_seq IS NULL"
+
+
+def _reads_settled_txn(
+    db: Database, session_id: str, encoded: list[tuple[str, str, str | None]], copies: list[dict[str, Any]]
+) -> bool:
+    """Whether every dispatch and result of the batch would be written as it is, known from one
+    read of their calls and one of the open turns: no keyed item, no call dispatched or answered
+    twice in the batch, a session that is not a fork, none of its calls dispatched (G6) or
+    answered (G5) already, and each dispatch inside a turn open at its place. Then the batch
+    needs no read between its items; else each of those items reads as ``append`` does."""
+    results: list[str] = []
+    dispatches: list[str] = []
+    for (type_, _text, key), copy in zip(encoded, copies, strict=True):
+        if key is not None:
+            return False
+        if type_ == "tool_result":
+            results.append(copy["tool_call_id"])
+        elif type_ == "tool_call":
+            dispatches.append(copy["id"])
+    if not results and not dispatches:
+        return True
+    if len(set(results)) < len(results) or len(set(dispatches)) < len(dispatches):
+        return False
+    if seed_length_txn(db, session_id):
+        return False  # a fork: its calls are read through the parent too
+    calls = {*results, *dispatches}
+    known = {c: (d, a) for c, _r, d, a in db.execute(db.sql.call_seqs, (session_id, json.dumps(sorted(calls))))}
+    if any(known.get(c, (None, None))[1] is not None for c in results):
+        return False
+    if any(known.get(c, (None, None))[0] is not None for c in dispatches):
+        return False
+    open_turns = int(db.value(_OPEN_TURNS_OF, (session_id,)) or 0)
+    for type_, _text, _key in encoded:  # the turn journal as the schema's trigger keeps it
+        if type_ == "turn_start":
+            open_turns += 1
+        elif type_ == "turn_end":
+            open_turns = max(open_turns - 1, 0)
+        elif type_ == "tool_call" and not open_turns:
+            return False  # NoOpenTurn, or AlreadyDispatched: the item's own read says which
+    return True
 
 
 def _refuse_engine_only(type_: str, index: int | None = None) -> None:
@@ -385,9 +435,11 @@ class Log:
     ) -> list[Event]:
         """A batch's items in order: each one that needs reads (a keyed one, a dispatch, a result)
         alone, in its place; each run of the others as one insert (``insert_events``), written
-        before the next item that reads, so that it sees them."""
+        before the next item that reads, so that it sees them. When what those reads would find
+        is known beforehand (``_reads_settled_txn``), the whole batch is one insert."""
         out: list[Event] = []
         run: list[int] = []
+        settled = _reads_settled_txn(db, session_id, encoded, copies)
 
         def flush() -> None:
             if not run:
@@ -402,7 +454,7 @@ class Log:
             run.clear()
 
         for i, (type_, text, key) in enumerate(encoded):
-            if key is None and type_ not in _GUARDED:
+            if settled or (key is None and type_ not in _GUARDED):
                 run.append(i)
                 continue
             flush()

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
+from contextlib import nullcontext
+from unittest import mock
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import journal
 from journal.codec import Codec
 from tests.raw import Raw, Refused
-from tests.strategies import json_values
+from tests.strategies import appendable_items, json_values
 
 
 def test_generated_session_id_is_32_lowercase_hex(j: journal.Journal) -> None:
@@ -326,3 +329,33 @@ def test_g6_a_lone_dispatch_outside_an_open_turn_is_refused_and_writes_nothing(j
     with pytest.raises(journal.NoOpenTurn):
         j.append("s", "tool_call", {"id": "c1", "name": "t"})
     assert fresh().count("s") == count
+
+
+_batch_items = appendable_items(("c1", "c2", "c3"), max_calls=2)
+_batches = itertools.count()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(history=st.lists(_batch_items, max_size=8), batch=st.lists(_batch_items, min_size=1, max_size=10))
+def test_g5_g6_a_batch_written_in_one_insert_is_what_item_by_item_writes(j: journal.Journal, history, batch) -> None:
+    """``append_many`` writes a batch in one insert when one read of its calls and of the open
+    turns settles what its dispatches and results would read; the item-by-item path (each of
+    those reading first) is the oracle: the same events or the same error, the same log after."""
+    n = next(_batches)
+    outcomes = []
+    for way, settled in (("one", None), ("items", False)):
+        sid = j.create_session(f"b{n}-{way}").id
+        for type_, data in history:
+            try:
+                j.append(sid, type_, data)
+            except (journal.ResultExists, journal.AlreadyDispatched, journal.NoOpenTurn):
+                pass
+        patch = mock.patch("journal.log._reads_settled_txn", return_value=False) if settled is False else nullcontext()
+        with patch:
+            try:
+                got: object = [(e.seq, e.type, e.data, e.existing) for e in j.append_many(sid, batch)]
+            except journal.JournalError as exc:
+                got = type(exc)
+        outcomes.append((got, [(e.seq, e.type, e.data) for e in j.events(sid)], j.plan(sid)))
+    assert outcomes[0] == outcomes[1]
+    assert j.check() == []
