@@ -35,7 +35,7 @@ from journal.model import Event, Phase, SubmissionState, Vocabulary
 from journal.owners import held_elsewhere
 from journal.pure.plan import Before, Repair, interrupted, open_turns, plan, synthetic_result
 from journal.queue import Queue, SubmissionInfo
-from journal.recovery_batch import recover_common_txn
+from journal.recovery_batch import Repaired, recover_common_txn
 from journal.results import PendingCall, inherited_seqs_txn, pending_calls_txn, put_result_txn
 from journal.store import Database, Store
 from journal.tools import OperatorCallback, ToolRegistry
@@ -128,13 +128,45 @@ class RecoveryPlan:
         }
 
 
-@attrs.frozen
+@attrs.frozen(eq=False, repr=False)
 class RecoveryResult:
-    """What ``recover`` appended to one session."""
+    """What ``recover`` appended to one session.
+
+    The events of a session the set-based path repaired are built when ``appended`` is first
+    read (a restart that only counts its repairs builds none: ``count``); equal, hashed and shown
+    by what it appended as any other result."""
 
     session_id: str
-    appended: tuple[Event, ...]
+    _appended: tuple[Event, ...] | Repaired = attrs.field(alias="appended")
     live_owner: str | None = None  # set when the turn's owner may still be driving it: nothing appended
+
+    @property
+    def appended(self) -> tuple[Event, ...]:
+        value = self._appended
+        if not isinstance(value, tuple):
+            value = value.events()
+            object.__setattr__(self, "_appended", value)  # built once, kept (the result is frozen)
+        return value
+
+    @property
+    def count(self) -> int:
+        """How many events were appended, without building them."""
+        return len(self._appended)
+
+    def _key(self) -> tuple[str, tuple[Event, ...], str | None]:
+        return (self.session_id, self.appended, self.live_owner)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        owner = self.live_owner
+        return f"RecoveryResult(session_id={self.session_id!r}, appended={self.appended!r}, live_owner={owner!r})"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -163,7 +195,7 @@ def held_by_txn(db: Database, session_ids: list[str], now: int) -> dict[str, str
     """The sessions among these with an open turn whose owner may still be driving it, and that
     owner: one statement, whatever the number of sessions."""
     held: dict[str, str] = {}
-    rows = db.execute(db.sql.open_turns_of, (json.dumps(session_ids),))
+    rows = db.execute(db.sql.owned_open_turns_of, (json.dumps(session_ids),))
     for session_id, _start, _turn, _phase, _attempt, _sub, owner, sub_state, lease_owner, expires_ms in rows:
         if session_id not in held and _held(owner, sub_state, lease_owner, expires_ms, now):
             held[session_id] = owner
@@ -388,7 +420,7 @@ class Recovery:
                     out.append(RecoveryResult(sid, (), live_owner=held[sid]))
                     continue
                 if sid in common:
-                    out.append(RecoveryResult(sid, tuple(common[sid])))
+                    out.append(RecoveryResult(sid, common[sid]))
                     continue
                 try:
                     appended = self.apply_plan_txn(db, sid, time_ms)

@@ -39,7 +39,7 @@ from journal.model import Event, EventType, Risk, TurnEndReason
 from journal.pure.plan import synthetic_head, synthetic_result_data
 from journal.store import Database
 
-__all__ = ["recover_common_txn"]
+__all__ = ["Repaired", "recover_common_txn"]
 
 _RESULT = EventType.TOOL_RESULT.value
 _TURN_END = EventType.TURN_END.value
@@ -48,7 +48,7 @@ _INTERRUPTED = TurnEndReason.INTERRUPTED.value
 
 def recover_common_txn(
     db: Database, codec: Codec, session_ids: list[str], time_ms: int
-) -> tuple[dict[str, list[Event]], list[str]]:
+) -> tuple[dict[str, Repaired], list[str]]:
     """Repair the common-case sessions among these inside the caller's transaction: what was
     appended to each, and the sessions left for the planner (in the order given)."""
     sql = db.sql.open_work
@@ -90,23 +90,60 @@ def recover_common_txn(
     rows: list[tuple[str, int, str, str, int]] = []
     results: list[tuple[str, str, str, int]] = []
     ends: list[tuple[str, int, int, str]] = []
-    appended: dict[str, list[Event]] = {}
+    appended: dict[str, Repaired] = {}
     limit = codec.max_event_bytes
     for sid, (start, number, steps, step_open, next_seq, dispatching, calls) in turns.items():
         if sid in unplanned:
             continue
-        events = _repairs(
+        repaired = _repairs(
             sid, start, number, steps, step_open, next_seq, dispatching, calls, time_ms, limit, rows, results, ends
         )
-        if events is None:
+        if repaired is None:
             unplanned.add(sid)
         else:
-            appended[sid] = events
+            appended[sid] = repaired
     if rows:
         db.insert_repairs(rows, results, ends)
-        for sid, events in appended.items():
-            db.next_seqs[sid] = events[-1].seq + 1
+        for sid, repaired in appended.items():
+            db.next_seqs[sid] = repaired.first_seq + len(repaired)
     return appended, [sid for sid in session_ids if sid not in appended]
+
+
+class Repaired:
+    """What the set-based path appended to one session, kept as the few values it was made from:
+    its events are built when first asked for (``events()``), so a restart whose caller only
+    counts its repairs, or never reads them, builds none (issue 27). They are the events the
+    planner's path would have returned: ``journal.pure.plan.synthetic_result_data``'s results,
+    then the ``turn_end``."""
+
+    __slots__ = ("calls", "first_seq", "risks", "session_id", "steps", "time_ms", "turn")
+
+    def __init__(
+        self,
+        session_id: str,
+        first_seq: int,
+        time_ms: int,
+        calls: dict[str, tuple[str, int | None]],
+        risks: list[Risk],
+        turn: int | None,
+        steps: int,
+    ) -> None:
+        self.session_id, self.first_seq, self.time_ms = session_id, first_seq, time_ms
+        self.calls, self.risks, self.turn, self.steps = calls, risks, turn, steps  # a call's name, then its risk
+
+    def __len__(self) -> int:
+        return len(self.risks) + 1
+
+    def events(self) -> tuple[Event, ...]:
+        sid, seq, time_ms = self.session_id, self.first_seq, self.time_ms
+        events = [
+            Event(sid, seq + n, _RESULT, synthetic_result_data(call_id, name, risk), time_ms)
+            for n, ((call_id, (name, _)), risk) in enumerate(zip(self.calls.items(), self.risks))
+        ]
+        end: dict[str, Any] = {} if self.turn is None else {"turn": self.turn}
+        end["steps"], end["reason"] = self.steps, _INTERRUPTED
+        events.append(Event(sid, seq + len(self.risks), _TURN_END, end, time_ms))
+        return tuple(events)
 
 
 def _repairs(
@@ -123,11 +160,11 @@ def _repairs(
     rows: list[tuple[str, int, str, str, int]],
     results: list[tuple[str, str, str, int]],
     ends: list[tuple[str, int, int, str]],
-) -> list[Event] | None:
-    """The session's repairs as events, their rows added to ``rows`` and their derived state to
+) -> Repaired | None:
+    """The session's repairs, their rows added to ``rows`` and their derived state to
     ``results`` and ``ends``; ``None`` when the planner must decide (rule 3 needs the steps'
     places, or an event might be over the size limit), nothing added then."""
-    events: list[Event] = []
+    risks: list[Risk] = []
     seq = next_seq
     first, first_result = len(rows), len(results)
     for call_id, (name, dispatch_seq) in calls.items():
@@ -140,49 +177,38 @@ def _repairs(
         else:  # 3 or 4 depends on which step the call was seen in: the planner reads the log
             del rows[first:], results[first_result:]
             return None
-        data, text = _synthetic(call_id, name, risk)
+        text = _synthetic(call_id, name, risk)
         if len(text) * 4 > limit:  # might be over (a text that might pass is left to the codec)
             del rows[first:], results[first_result:]
             return None
         rows.append((sid, seq, _RESULT, text, time_ms))
         results.append((sid, call_id, name, seq))
-        events.append(Event(sid, seq, _RESULT, data, time_ms))
+        risks.append(risk)
         seq += 1
     if number is None:
-        end: dict[str, Any] = {"steps": steps, "reason": _INTERRUPTED}
         text = f'{{"steps":{steps},"reason":"{_INTERRUPTED}"}}'
     else:
-        end = {"turn": number, "steps": steps, "reason": _INTERRUPTED}
         text = f'{{"turn":{number},"steps":{steps},"reason":"{_INTERRUPTED}"}}'
     rows.append((sid, seq, _TURN_END, text, time_ms))
     ends.append((sid, start, seq, _INTERRUPTED))
-    events.append(Event(sid, seq, _TURN_END, end, time_ms))
-    return events
+    return Repaired(sid, next_seq, time_ms, calls, risks, number, steps)
 
 
-def _result_template(risk: Risk) -> tuple[dict[str, Any], str, str]:
-    """A synthetic result of this risk as ``synthetic_result_data`` makes it, the content's part
-    after the call's head, and the codec's text of the whole after that head: what a result of
-    this risk shares with every other."""
-    data = synthetic_result_data("c", "n", risk)
-    text = _encoded(data)
-    head = synthetic_head("c", "n")
-    prefix = '{"tool_call_id":"c","name":"n","content":' + _json_string(head)[:-1]
+def _result_template(risk: Risk) -> str:
+    """The codec's text of a synthetic result of this risk after the call's head: what a result
+    of this risk shares with every other."""
+    text = _encoded(synthetic_result_data("c", "n", risk))
+    prefix = '{"tool_call_id":"c","name":"n","content":' + _json_string(synthetic_head("c", "n"))[:-1]
     if not text.startswith(prefix):  # synthetic_result_data's shape changed: this must follow
         raise RuntimeError(f"a synthetic result no longer encodes as {prefix!r}...")
-    return data, data["content"][len(head) :], text[len(prefix) :]
+    return text[len(prefix) :]
 
 
-_TEMPLATES = {risk: _result_template(risk) for risk in Risk}
+_AFTER_HEAD = {risk: _result_template(risk) for risk in Risk}
 
 
-def _synthetic(call_id: str, name: str, risk: Risk) -> tuple[dict[str, Any], str]:
-    """``synthetic_result_data(call_id, name, risk)`` and its text as the codec encodes it, the
-    part every result of the risk shares encoded once (the content is most of the text)."""
-    template, tail, after = _TEMPLATES[risk]
-    head = synthetic_head(call_id, name)
-    data = {**template, "tool_call_id": call_id, "name": name, "content": head + tail}
-    data["metadata"] = dict(template["metadata"])
-    text = '{"tool_call_id":' + _json_string(call_id) + ',"name":' + _json_string(name)
-    text += ',"content":' + _json_string(head)[:-1] + after
-    return data, text
+def _synthetic(call_id: str, name: str, risk: Risk) -> str:
+    """The codec's text of ``synthetic_result_data(call_id, name, risk)``, the part every result
+    of the risk shares encoded once (the content is most of the text)."""
+    head = _json_string(synthetic_head(call_id, name))[:-1]
+    return f'{{"tool_call_id":{_json_string(call_id)},"name":{_json_string(name)},"content":{head}{_AFTER_HEAD[risk]}'

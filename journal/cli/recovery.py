@@ -73,7 +73,7 @@ def _recovery_lines(done: RecoveryPlan | RecoveryResult) -> list[str]:
         return [f"{render.cut_id(done.session_id)}: {held}; skipped (use --force)"]
     if isinstance(done, RecoveryPlan):
         return render.plan(done.session_id, done.repairs)
-    return [f"{render.cut_id(done.session_id)}: appended {len(done.appended)} event(s)"]
+    return [f"{render.cut_id(done.session_id)}: appended {done.count} event(s)"]
 
 
 # What reading a damaged file can raise besides the library's own errors: a text column whose

@@ -186,7 +186,8 @@ STATEMENTS = Statements(
     ),
     runnable=_RUNNABLE.format(session=""),
     runnable_in_session=_RUNNABLE.format(session="AND q.session_id = ? "),
-    open_turns_of=_OPEN_TURNS + " AND t.session_id IN (SELECT json_array_elements_text(?::json))",
+    owned_open_turns_of=_OPEN_TURNS
+    + " AND t.owner IS NOT NULL AND t.session_id IN (SELECT json_array_elements_text(?::json))",
     open_turns_owing=(
         "SELECT t.session_id, t.start_seq, t.turn, t.phase, t.attempt, t.submission_id, t.owner, "
         "q.state, q.lease_owner, q.lease_expires_ms, c.call_id, c.name, c.requested_seq, c.dispatch_seq "

@@ -69,8 +69,9 @@ class Statements:
     runnable_in_session: str
 
     # -- journal.recovery ------------------------------------------------------------------------
-    # (a JSON array of session ids): the open turns of these sessions, with their submission's lease.
-    open_turns_of: str
+    # (a JSON array of session ids): the open turns of these sessions that record an owner (no other
+    # can be held), with their submission's lease.
+    owned_open_turns_of: str
     # (): every open turn with the calls it owes, one row per call (NULL call columns: none).
     open_turns_owing: str
     # (): the sessions with an open turn, by id.

@@ -104,7 +104,7 @@ def _assert_set_based(j: journal.Journal, ids: list[str]) -> None:
     with j._store.write("probe", commit=False) as db:
         common, rest = recover_common_txn(db, j._log.codec, ids, 0)
     assert sorted(common) == sorted(ids) and rest == []
-    assert all([e.type for e in common[sid]] == ["tool_result", "tool_result", "turn_end"] for sid in ids)
+    assert all([e.type for e in common[sid].events()] == ["tool_result", "tool_result", "turn_end"] for sid in ids)
     assert all(j.interrupted(sid) for sid in ids)
 
 
