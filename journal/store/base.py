@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from journal import crash
 from journal.codec import lone_surrogate as _lone_surrogate
+from journal.derived_batch import DerivedPlan
 from journal.errors import InvalidArgument, JournalError, JournalIOError, SchemaViolation
 from journal.model import Durability, WriteOutcome
 from journal.store.statements import Statements
@@ -56,18 +57,20 @@ class Database(Protocol):
 
     def execute(self, sql: str, bindings: Any = None) -> Iterable[tuple[Any, ...]]: ...
     def executemany(self, sql: str, rows: Any) -> Any: ...
-    def insert_events(self, rows: Sequence[EventRow]) -> None:
+    def insert_events(self, rows: Sequence[EventRow], derived: DerivedPlan | None = None) -> None:
         """Append these events, in order: each row ``(session, seq, type, data text, time_ms)``.
         In one statement where that is the backend's fastest way (PostgreSQL: one ``INSERT``
         of arrays, one execution for the batch); SQLite runs its one prepared ``INSERT`` per
-        row, which is as fast there. The schema's triggers see each row as for any insert."""
+        row, which is as fast there. The schema's triggers see each row as for any insert;
+        ``derived``, the rows' derived state planned for the batch (one session's events, all
+        of them), is what a backend with ``sql.open_turn_starts`` writes in its trigger's stead."""
         ...
 
     def insert_repairs(self, rows: Sequence[EventRow], results: Sequence[ResultRow], ends: Sequence[EndRow]) -> None:
         """Append recovery's repairs (``rows``: synthetic ``tool_result``s and ``turn_end``s, and
         nothing else), whose derived state is exactly ``results`` and ``ends``: the calls they
-        resolve and the turns they close. SQLite's triggers keep it row by row, as for any
-        insert; PostgreSQL writes it for the whole batch in one statement each."""
+        resolve and the turns they close. Both backends write it for the whole batch, a
+        statement each, with their trigger's derived part off."""
         ...
 
     def one(self, sql: str, bindings: Any = None) -> tuple[Any, ...] | None: ...

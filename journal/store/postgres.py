@@ -38,6 +38,7 @@ from typing import Any
 import psycopg
 from psycopg.adapt import Loader
 
+from journal.derived_batch import DerivedPlan
 from journal.errors import (
     DiskFull,
     InvalidArgument,
@@ -62,12 +63,17 @@ from journal.store.base import (
 )
 from journal.store.postgres_sql import (
     APPEND_ONE,
+    CHANGE_TURNS,
     CLOSE_TURNS,
     DERIVED_BY_ROW,
     DERIVED_BY_STATEMENT,
+    DISPATCH_CALLS,
     EVENTS_CONTIGUOUS,
     INSERT_EVENTS,
+    OPEN_TURNS,
+    REQUEST_CALLS,
     RESOLVE_CALLS,
+    RESULT_CALLS,
     STATEMENTS,
 )
 from journal.store.postgres_sql import PREVIEWS_AT_SQL as PREVIEWS_AT_SQL  # (where they were: tests name them here)
@@ -374,11 +380,37 @@ class PgDatabase:
         if self._guarded:
             conn.execute("RELEASE statement")
 
-    def insert_events(self, rows: Sequence[EventRow]) -> None:
+    def insert_events(self, rows: Sequence[EventRow], derived: DerivedPlan | None = None) -> None:
         """One ``INSERT`` of the rows as five arrays (``INSERT_EVENTS``): one execution for the
-        batch, under one savepoint, where ``executemany`` executes, and plans, once per row."""
-        if rows:
-            self.execute(INSERT_EVENTS, [list(column) for column in zip(*rows, strict=True)])
+        batch, under one savepoint, where ``executemany`` executes, and plans, once per row.
+        With ``derived`` (their derived state, planned for the batch) the row trigger is off for
+        the insert, G4 is checked for the batch at once and the plan's statements write the
+        derived state, under the same savepoint; not for a batch a compaction could read (the
+        row trigger places those), which keeps the trigger."""
+        if not rows:
+            return
+        columns = [list(column) for column in zip(*rows, strict=True)]
+        if derived is None or any(r[2] == "retract" or '"surface_op"' in r[3] for r in rows):
+            self.execute(INSERT_EVENTS, columns)
+            return
+        statements: list[tuple[str, Sequence[Any]]] = [
+            (DERIVED_BY_STATEMENT, []),
+            (INSERT_EVENTS, columns),
+            (DERIVED_BY_ROW, []),
+            (EVENTS_CONTIGUOUS, columns[:2]),
+        ]
+        sid = derived.session_id
+        opened, changes = derived.opened(), derived.changes()
+        if opened:
+            statements.append((OPEN_TURNS, [sid, [t[1] for t in opened], [t[2] for t in opened]]))
+        if changes:
+            statements.append((CHANGE_TURNS, [sid, *(list(c) for c in list(zip(*changes, strict=True))[1:])]))
+        bounds = [sid, derived.first, derived.end]
+        for present, sql in ((derived.requests, REQUEST_CALLS), (derived.dispatches, DISPATCH_CALLS),
+                             (derived.results, RESULT_CALLS)):  # fmt: skip
+            if present:
+                statements.append((sql, bounds))
+        self._columns(statements)
 
     def insert_repairs(self, rows: Sequence[EventRow], results: Sequence[ResultRow], ends: Sequence[EndRow]) -> None:
         """Recovery's rows, G4's check and, set-based, the derived state they make (the statements
@@ -399,9 +431,10 @@ class PgDatabase:
             statements.append((CLOSE_TURNS, [list(c) for c in zip(*ends, strict=True)]))
         self._columns(statements)
 
-    def _columns(self, statements: Sequence[tuple[str, Sequence[list[Any]]]]) -> None:
-        """Statements whose values are whole columns (arrays), in order, under one savepoint
-        inside a write transaction, each bound on the server in binary: one round trip each.
+    def _columns(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        """Statements whose values are whole columns (arrays) or single values, in order, under
+        one savepoint inside a write transaction, each bound on the server in binary: one round
+        trip each.
         (``execute``'s one-round-trip script quotes its values on the client, which for arrays
         costs tens of µs a row; binary costs a few.)"""
         cursor = self._conn.cursor()

@@ -208,6 +208,7 @@ STATEMENTS = Statements(
         "WHERE session_id = ? AND call_id IN (SELECT json_array_elements_text(?::json))"
     ),
     open_work=OPEN_WORK_SQL,
+    open_turn_starts="SELECT start_seq FROM turn_journal WHERE session_id = ? AND end_seq IS NULL ORDER BY start_seq",
     tool_stats=TOOL_STATS_SQL,
     indeterminate_calls=(
         "SELECT c.session_id, c.call_id, c.name, c.dispatch_seq, c.result_seq, n.id, n.data, n.created_ms, n.acked_ms "
@@ -271,4 +272,65 @@ CLOSE_TURNS = (
     "step_open = 0, end_reason = u.reason "
     "FROM unnest(?::text[], ?::bigint[], ?::bigint[], ?::text[]) AS u (session_id, start_seq, seq, reason) "
     "WHERE t.session_id = u.session_id AND t.start_seq = u.start_seq AND t.end_seq IS NULL"
+)
+
+# A batch's derived state, planned once (``journal.derived_batch``) and written with the row
+# trigger off (``PgDatabase.insert_events``): each value read from the stored row as
+# ``journal_events_derived`` reads it from NEW (``data::json``). Bindings are whole columns: the
+# turns the batch opens (the session, their turn_start seqs, the turns open around them); the
+# turns' changes (``TurnChange.row``'s columns, the session first: NULL leaves a column as it was,
+# a negative request seq clears it); the batch's session and seq bounds for its calls.
+OPEN_TURNS = (
+    "INSERT INTO turn_journal (session_id, start_seq, turn, phase, checkpoint_seq, submission_id, outer_start) "
+    "SELECT e.session_id, e.seq, journal_json_int(e.data::json -> 'turn'), 'before_provider', e.seq, "
+    "e.data::json ->> 'submission_id', u.outer_start "
+    "FROM unnest(?2::bigint[], ?3::bigint[]) AS u (start_seq, outer_start) "
+    "JOIN events AS e ON e.session_id = ?1 AND e.seq = u.start_seq"
+)
+CHANGE_TURNS = (
+    "UPDATE turn_journal AS t SET steps = t.steps + u.steps, revision = t.revision + u.revision, "
+    "step_open = coalesce(u.step_open, t.step_open), phase = coalesce(u.phase, t.phase), "
+    "checkpoint_seq = coalesce(u.checkpoint_seq, t.checkpoint_seq), "
+    "tool_request = CASE WHEN u.tool_request IS NULL THEN t.tool_request WHEN u.tool_request < 0 THEN NULL "
+    "ELSE (SELECT e.data::json ->> 'tool_calls' FROM events AS e WHERE e.session_id = ?1 AND e.seq = u.tool_request) "
+    "END, "
+    "stream_key = CASE WHEN u.clear_stream <> 0 THEN NULL ELSE t.stream_key END, "
+    "end_seq = coalesce(u.end_seq, t.end_seq), "
+    "end_reason = CASE WHEN u.end_seq IS NULL THEN t.end_reason ELSE (SELECT CASE WHEN e.data::json ->> 'reason' "
+    "IN ('complete', 'rejected', 'interrupted') THEN e.data::json ->> 'reason' END "
+    "FROM events AS e WHERE e.session_id = ?1 AND e.seq = u.end_seq) END "
+    "FROM unnest(?2::bigint[], ?3::bigint[], ?4::bigint[], ?5::int[], ?6::text[], ?7::bigint[], ?8::bigint[], "
+    "?9::int[], ?10::bigint[]) "
+    "AS u (start_seq, steps, revision, step_open, phase, checkpoint_seq, tool_request, clear_stream, end_seq) "
+    "WHERE t.session_id = ?1 AND t.start_seq = u.start_seq"
+)
+# A call requested twice in the batch is written once, from its first place (the upserts after
+# it would keep that place and name: coalesce), as the trigger's DISTINCT ON does in one message.
+REQUEST_CALLS = (
+    "INSERT INTO tool_calls (session_id, call_id, name, requested_seq, state) "
+    "SELECT DISTINCT ON (c.value ->> 'id') e.session_id, c.value ->> 'id', c.value ->> 'name', e.seq, 'requested' "
+    "FROM events AS e CROSS JOIN LATERAL json_array_elements(CASE WHEN json_typeof(e.data::json -> 'tool_calls') "
+    "= 'array' THEN e.data::json -> 'tool_calls' ELSE '[]'::json END) WITH ORDINALITY AS c (value, n) "
+    "WHERE e.session_id = ?1 AND e.seq >= ?2 AND e.seq < ?3 AND e.type = 'assistant_message' "
+    "AND json_typeof(c.value) = 'object' AND json_typeof(c.value -> 'id') = 'string' "
+    "ORDER BY c.value ->> 'id', e.seq, c.n "
+    "ON CONFLICT (session_id, call_id) DO UPDATE "
+    "SET requested_seq = coalesce(tool_calls.requested_seq, excluded.requested_seq), "
+    "name = coalesce(tool_calls.name, excluded.name)"
+)
+DISPATCH_CALLS = (
+    "INSERT INTO tool_calls (session_id, call_id, name, dispatch_seq, state, effect, idempotency_key, request_id) "
+    "SELECT session_id, data::json ->> 'id', data::json ->> 'name', seq, 'dispatched', data::json ->> 'effect', "
+    "data::json ->> 'idempotency_key', data::json ->> 'request_id' FROM events "
+    "WHERE session_id = ?1 AND seq >= ?2 AND seq < ?3 AND type = 'tool_call' ORDER BY seq "
+    "ON CONFLICT (session_id, call_id) DO UPDATE SET dispatch_seq = excluded.dispatch_seq, "
+    "state = CASE WHEN tool_calls.state = 'requested' THEN 'dispatched' ELSE tool_calls.state END, "
+    "name = coalesce(tool_calls.name, excluded.name), effect = excluded.effect, "
+    "idempotency_key = excluded.idempotency_key, request_id = excluded.request_id"
+)
+RESULT_CALLS = (
+    "INSERT INTO tool_calls (session_id, call_id, name, result_seq, state) "
+    "SELECT session_id, data::json ->> 'tool_call_id', data::json ->> 'name', seq, 'resolved' FROM events "
+    "WHERE session_id = ?1 AND seq >= ?2 AND seq < ?3 AND type = 'tool_result' ORDER BY seq "
+    "ON CONFLICT (session_id, call_id) DO UPDATE SET result_seq = excluded.result_seq, state = 'resolved'"
 )

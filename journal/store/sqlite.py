@@ -23,6 +23,7 @@ from typing import Any
 
 import apsw
 
+from journal.derived_batch import DerivedPlan
 from journal.errors import (
     CorruptJournal,
     DiskFull,
@@ -47,7 +48,16 @@ from journal.store.base import (
     UniqueViolation,
     lone_surrogate,
 )
-from journal.store.sqlite_sql import CLOSE_TURNS_SQL, RESOLVE_CALLS_SQL, STATEMENTS
+from journal.store.sqlite_sql import (
+    CHANGE_TURN_SQL,
+    CLOSE_TURNS_SQL,
+    DISPATCH_CALLS_SQL,
+    OPEN_TURN_SQL,
+    REQUEST_CALLS_SQL,
+    RESOLVE_CALLS_SQL,
+    RESULT_CALLS_SQL,
+    STATEMENTS,
+)
 from journal.store.sqlite_sql import OPEN_WORK_SQL as OPEN_WORK_SQL  # (where they were: tests name them here)
 from journal.store.sqlite_sql import PREVIEWS_AT_SQL as PREVIEWS_AT_SQL
 from journal.store.sqlite_sql import PREVIEWS_SQL as PREVIEWS_SQL
@@ -323,9 +333,33 @@ class SqliteDatabase:
         except apsw.ConstraintError as exc:
             raise _refused(exc, "the statement") from exc
 
-    def insert_events(self, rows: Sequence[EventRow]) -> None:
-        if rows:
+    def insert_events(self, rows: Sequence[EventRow], derived: DerivedPlan | None = None) -> None:
+        """The rows; with ``derived`` (their derived state, planned for the batch) the gate
+        trigger's derived part is off while they are inserted and the plan's statements write
+        that state instead, a few for the batch (``journal.derived_batch``)."""
+        if not rows:
+            return
+        if derived is None:
             self.executemany(INSERT_EVENT, rows)
+            return
+        self.execute("INSERT INTO derived_by_statement (one) VALUES (1)")
+        try:
+            self.executemany(INSERT_EVENT, rows)
+            bounds = (derived.session_id, derived.first, derived.end)
+            opened, changes = derived.opened(), derived.changes()
+            if opened:
+                self.executemany(OPEN_TURN_SQL, opened)
+            if changes:
+                self.executemany(CHANGE_TURN_SQL, changes)
+            if derived.requests:
+                self.execute(REQUEST_CALLS_SQL, bounds)
+            if derived.dispatches:
+                self.execute(DISPATCH_CALLS_SQL, bounds)
+            if derived.results:
+                self.execute(RESULT_CALLS_SQL, bounds)
+        finally:
+            if self._conn.in_transaction:
+                self._conn.execute("DELETE FROM derived_by_statement")
 
     def insert_repairs(self, rows: Sequence[EventRow], results: Sequence[ResultRow], ends: Sequence[EndRow]) -> None:
         """The rows with the gate trigger's derived part off (a row in ``derived_by_statement``,

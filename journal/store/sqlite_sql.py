@@ -102,6 +102,58 @@ CLOSE_TURNS_SQL = (
     "FROM json_each(?1)) AS u WHERE session_id = u.sid AND start_seq = u.start AND end_seq IS NULL"
 )
 
+# A batch's derived state, planned once (``journal.derived_batch``) and written with the gate
+# trigger's derived part off (``SqliteDatabase.insert_events``): each value read from the stored
+# row as the trigger reads it from NEW. A turn the batch opens, as its ``turn_start`` inserts it
+# (bindings: session, the turn_start's seq, the turn open around it):
+OPEN_TURN_SQL = (
+    "INSERT INTO turn_journal (session_id, start_seq, turn, phase, checkpoint_seq, submission_id, outer_start) "
+    "SELECT session_id, seq, CASE WHEN json_type(data, '$.turn') = 'integer' THEN data ->> '$.turn' END, "
+    "'before_provider', seq, data ->> '$.submission_id', ?3 FROM events WHERE session_id = ?1 AND seq = ?2"
+)
+# What the batch's steps, requests and turn_ends did to a turn, at once (``TurnChange.row``): a
+# NULL leaves a column as it was; ?8 is the seq of the request kept (-1: cleared by a step_end).
+CHANGE_TURN_SQL = (
+    "UPDATE turn_journal SET steps = steps + ?3, revision = revision + ?4, "
+    "step_open = coalesce(?5, step_open), phase = coalesce(?6, phase), "
+    "checkpoint_seq = coalesce(?7, checkpoint_seq), "
+    "tool_request = CASE WHEN ?8 IS NULL THEN tool_request WHEN ?8 < 0 THEN NULL "
+    "ELSE (SELECT data ->> '$.tool_calls' FROM events WHERE session_id = ?1 AND seq = ?8) END, "
+    "stream_key = CASE WHEN ?9 THEN NULL ELSE stream_key END, "
+    "end_seq = coalesce(?10, end_seq), "
+    "end_reason = CASE WHEN ?10 IS NULL THEN end_reason ELSE (SELECT CASE WHEN data ->> '$.reason' "
+    "IN ('complete', 'rejected', 'interrupted') THEN data ->> '$.reason' END "
+    "FROM events WHERE session_id = ?1 AND seq = ?10) END "
+    "WHERE session_id = ?1 AND start_seq = ?2"
+)
+# The batch's calls, kind by kind and in seq order (bindings: session, first seq, end seq): the
+# requests of its assistant messages, its dispatches, its results, with the trigger's upserts.
+REQUEST_CALLS_SQL = (
+    "INSERT INTO tool_calls (session_id, call_id, name, requested_seq, state) "
+    "SELECT e.session_id, c.value ->> '$.id', c.value ->> '$.name', e.seq, 'requested' "
+    "FROM events AS e, json_each(e.data, '$.tool_calls') AS c "
+    "WHERE e.session_id = ?1 AND e.seq >= ?2 AND e.seq < ?3 AND e.type = 'assistant_message' "
+    "AND json_type(e.data, '$.tool_calls') = 'array' AND c.type = 'object' AND json_type(c.value, '$.id') = 'text' "
+    "ORDER BY e.seq "
+    "ON CONFLICT (session_id, call_id) DO UPDATE "
+    "SET requested_seq = coalesce(requested_seq, excluded.requested_seq), name = coalesce(name, excluded.name)"
+)
+DISPATCH_CALLS_SQL = (
+    "INSERT INTO tool_calls (session_id, call_id, name, dispatch_seq, state, effect, idempotency_key, request_id) "
+    "SELECT session_id, data ->> '$.id', data ->> '$.name', seq, 'dispatched', data ->> '$.effect', "
+    "data ->> '$.idempotency_key', data ->> '$.request_id' FROM events "
+    "WHERE session_id = ?1 AND seq >= ?2 AND seq < ?3 AND type = 'tool_call' ORDER BY seq "
+    "ON CONFLICT (session_id, call_id) DO UPDATE SET dispatch_seq = excluded.dispatch_seq, "
+    "state = CASE WHEN state = 'requested' THEN 'dispatched' ELSE state END, name = coalesce(name, excluded.name), "
+    "effect = excluded.effect, idempotency_key = excluded.idempotency_key, request_id = excluded.request_id"
+)
+RESULT_CALLS_SQL = (
+    "INSERT INTO tool_calls (session_id, call_id, name, result_seq, state) "
+    "SELECT session_id, data ->> '$.tool_call_id', data ->> '$.name', seq, 'resolved' FROM events "
+    "WHERE session_id = ?1 AND seq >= ?2 AND seq < ?3 AND type = 'tool_result' ORDER BY seq "
+    "ON CONFLICT (session_id, call_id) DO UPDATE SET result_seq = excluded.result_seq, state = 'resolved'"
+)
+
 _OPEN_TURNS = (
     "SELECT t.session_id, t.start_seq, t.turn, t.phase, t.attempt, t.submission_id, t.owner, "
     "q.state, q.lease_owner, q.lease_expires_ms FROM turn_journal AS t INDEXED BY turn_journal_open "
@@ -215,6 +267,10 @@ STATEMENTS = Statements(
         "WHERE session_id = ? AND call_id IN (SELECT value FROM json_each(?))"
     ),
     open_work=OPEN_WORK_SQL,
+    open_turn_starts=(
+        "SELECT start_seq FROM turn_journal INDEXED BY turn_journal_open "
+        "WHERE session_id = ? AND end_seq IS NULL ORDER BY start_seq"
+    ),
     tool_stats=TOOL_STATS_SQL,
     indeterminate_calls=(
         "SELECT c.session_id, c.call_id, c.name, c.dispatch_seq, c.result_seq, n.id, n.data, n.created_ms, n.acked_ms "
