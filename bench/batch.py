@@ -8,7 +8,8 @@ read first: G5, G6), appended to a fresh session in one ``append_many``. Contend
 size in its own fresh session, rounds interleaved:
 
 - ``journal``: ``Journal.append_many`` under ``durability="full"`` (SQLite) or on a PostgreSQL
-  server with fsync on;
+  server with fsync on (from the backend's ``plan_derived_from`` deriving events on, the batch's
+  derived state is planned once and written by a few statements: ``journal.derived_batch``);
 - ``raw + derived rows``: the same rows (the journal's own text) in one transaction by the driver
   alone — apsw ``executemany`` with the journal's pragmas, psycopg ``executemany`` — into the
   journal's schema, whose triggers write the derived rows (turn journal, tool calls) and check

@@ -187,21 +187,16 @@ def _reads_settled_txn(
     return True
 
 
-# A batch with fewer events the trigger derives state from is cheaper through the trigger than
-# through the plan's statements: the two cost the same at about 28 such events on either backend
-# (whole turns of 8 events, 7 of them deriving: 32 events; Dec 2, bench/batch.py's batches).
-_DERIVED_BY_STATEMENT_FROM = 28
-
-
 def _derived_plan_txn(
     db: Database, session_id: str, first: int, encoded: list[tuple[str, str, str | None]], copies: list[dict[str, Any]]
 ) -> DerivedPlan | None:
     """The derived state of a batch written as one insert, planned for the whole batch
-    (``journal.derived_batch``) when it is large enough to gain by it; else ``None`` (the
+    (``journal.derived_batch``) when it is large enough to gain by it on this backend
+    (``db.plan_derived_from``); else ``None`` (the
     schema's trigger keeps it row by row; on a backend without the plan's statements too)."""
     sql = db.sql.open_turn_starts
     types = [type_ for type_, _text, _key in encoded]
-    if sql is None or sum(1 for t in types if t in _DERIVING) < _DERIVED_BY_STATEMENT_FROM:
+    if sql is None or sum(1 for t in types if t in _DERIVING) < db.plan_derived_from:
         return None
     starts = [start for (start,) in db.execute(sql, (session_id,))]
     return derived_batch.plan(session_id, first, types, copies, starts)

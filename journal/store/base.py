@@ -54,6 +54,9 @@ class Database(Protocol):
 
     next_seqs: dict[str, int]  # the seq each session appended to gets next, once committed
     sql: Statements  # this backend's text of the statements that differ
+    # From this many events the trigger derives state from, a batch's derived state costs less
+    # planned once (``insert_events(rows, derived)``) than kept by the row trigger.
+    plan_derived_from: int
 
     def execute(self, sql: str, bindings: Any = None) -> Iterable[tuple[Any, ...]]: ...
     def executemany(self, sql: str, rows: Any) -> Any: ...

@@ -4,6 +4,7 @@ schema's trigger writes row by row, on either backend."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from unittest import mock
 
@@ -12,6 +13,8 @@ from hypothesis import strategies as st
 
 import journal
 from journal import derived_batch
+from journal.store.postgres import PgDatabase
+from journal.store.sqlite import SqliteDatabase
 
 _CALLS = st.sampled_from(["c1", "c2", "c3"])
 # Every kind the trigger derives from, as the codec takes them: each way a turn ends, a request
@@ -37,6 +40,14 @@ _BATCHES = st.tuples(st.booleans(), st.lists(_ITEMS, min_size=1, max_size=16)).m
 _sessions = itertools.count()
 
 
+def _always_planned() -> contextlib.ExitStack:
+    """Every batch written in one insert gets its plan, however few its deriving events."""
+    stack = contextlib.ExitStack()
+    for database in (SqliteDatabase, PgDatabase):
+        stack.enter_context(mock.patch.object(database, "plan_derived_from", 0))
+    return stack
+
+
 def _derived(j: journal.Journal, sid: str) -> tuple[list, list]:
     with j._store.read() as db:
         turns = list(db.execute("SELECT * FROM turn_journal WHERE session_id = ? ORDER BY start_seq", (sid,)))
@@ -50,11 +61,7 @@ def _write(j: journal.Journal, sid: str, history: list, batch: list, *, planned:
             j.append(sid, type_, data)
         except journal.JournalError:
             pass
-    way = (
-        mock.patch("journal.log._DERIVED_BY_STATEMENT_FROM", 0)
-        if planned
-        else mock.patch("journal.log._derived_plan_txn", return_value=None)
-    )
+    way = _always_planned() if planned else mock.patch("journal.log._derived_plan_txn", return_value=None)
     with way:
         try:
             return [(e.seq, e.type, e.data) for e in j.append_many(sid, batch)]
@@ -104,10 +111,7 @@ def test_a_batch_of_whole_turns_takes_the_planned_path_and_stays_consistent(j) -
         plans.append(real(*args, **kwargs))
         return plans[-1]
 
-    with (
-        mock.patch("journal.derived_batch.plan", side_effect=spy),
-        mock.patch("journal.log._DERIVED_BY_STATEMENT_FROM", 0),
-    ):
+    with mock.patch("journal.derived_batch.plan", side_effect=spy), _always_planned():
         j.append_many(sid, items)
     assert len(plans) == 1 and plans[0] is not None  # the batch took the planned path
     assert j.check() == []
@@ -143,21 +147,23 @@ def test_a_step_end_in_a_planned_batch_clears_the_turns_stream_key_as_the_trigge
 
 
 def test_only_a_batch_with_enough_derived_events_is_planned(j) -> None:
-    """Below ``_DERIVED_BY_STATEMENT_FROM`` events the trigger derives from, its row programs
-    cost less than the plan's statements (bench/batch.py); from there on the plan is made."""
+    """Below the backend's ``plan_derived_from`` events the trigger derives from, its row
+    programs cost less than the plan's statements (bench/batch.py); from there on the plan is made."""
     turn = [
         ("user_message", {"content": "q"}),
         ("turn_start", {"turn": 1}),
         ("step_start", {"turn": 1, "step": 1}),
         ("step_end", {"turn": 1, "step": 1, "outcome": "ok"}),
         ("turn_end", {"turn": 1, "steps": 1, "reason": "complete"}),
-    ]  # four derived events a turn
+    ]  # four deriving events a turn
+    with j._store.read() as db:
+        turns = -(-db.plan_derived_from // 4)
     plans = []
     real = derived_batch.plan
     with mock.patch("journal.derived_batch.plan", side_effect=lambda *a: plans.append(real(*a)) or plans[-1]):
-        j.append_many(j.create_session("few").id, turn * 6)  # 24
+        j.append_many(j.create_session("few").id, turn * (turns - 1))
         assert plans == []
-        j.append_many(j.create_session("many").id, turn * 7)  # 28
+        j.append_many(j.create_session("many").id, turn * turns)
     assert len(plans) == 1 and plans[0] is not None
     assert j.check() == []
 
