@@ -192,8 +192,8 @@ def _derived_plan_txn(
 ) -> DerivedPlan | None:
     """The derived state of a batch written as one insert, planned for the whole batch
     (``journal.derived_batch``) when it is large enough to gain by it on this backend
-    (``db.plan_derived_from``); else ``None`` (the
-    schema's trigger keeps it row by row; on a backend without the plan's statements too)."""
+    (``db.plan_derived_from``); else ``None``: the schema's trigger keeps it row by row (on a
+    backend without the plan's statements, always)."""
     sql = db.sql.open_turn_starts
     types = [type_ for type_, _text, _key in encoded]
     if sql is None or sum(1 for t in types if t in _DERIVING) < db.plan_derived_from:
@@ -466,7 +466,8 @@ class Log:
             if not run:
                 return
             first = next_seq_in_txn(db, session_id)
-            derived = _derived_plan_txn(db, session_id, first, encoded, copies) if settled else None
+            whole = settled and len(run) == len(encoded)  # settled: the batch is this one run
+            derived = _derived_plan_txn(db, session_id, first, encoded, copies) if whole else None
             try:
                 rows = [(session_id, first + n, *encoded[i][:2], time_ms) for n, i in enumerate(run)]
                 db.insert_events(rows, derived)

@@ -526,11 +526,11 @@ def test_memory_stays_flat_while_following_a_session_that_grows_by_10000_events(
             stream = sse_lines(viewer, "grow", 0)
             writer = python_child(MEMORY_WRITER, str(db_path), str(total))
             seen = 0
-            marks: dict[int, tuple[int, int]] = {}
+            marks: dict[int, tuple[int, int]] = {}  # every 1,000 events followed: memory, RSS
             for line in stream:
                 if line.startswith("data: "):
                     seen += 1
-                    if seen in (1000, total):
+                    if seen % 1000 == 0:
                         marks[seen] = (tracemalloc.get_traced_memory()[0], _rss_kib())
                     if seen == total:
                         break
@@ -538,13 +538,17 @@ def test_memory_stays_flat_while_following_a_session_that_grows_by_10000_events(
             assert writer.wait(timeout=60) == 0, writer.stderr.read() if writer.stderr else ""
         finally:
             tracemalloc.stop()
-    grown = marks[total][0] - marks[1000][0]
+    # A sample is the memory of one instant: a page read and not yet sent is in it (more of them
+    # on a loaded machine). Flat means the floor of the later samples is not above the earlier's.
+    traced = [marks[n][0] for n in sorted(marks)]
+    early, late = min(traced[:5]), min(traced[5:])
+    grown = late - early
     rss_grown = marks[total][1] - marks[1000][1]
     with capsys.disabled():
-        print(f"\n[measure] following 10,000 appended events: traced Python memory {marks[1000][0] / 1024:.0f} KiB "
-              f"after 1,000 -> {marks[total][0] / 1024:.0f} KiB after 10,000 ({grown / 1024:+.0f} KiB); "
-              f"RSS {marks[1000][1]} KiB -> {marks[total][1]} KiB ({rss_grown:+d} KiB)")  # fmt: skip
-    assert grown < 512 * 1024
+        print(f"\n[measure] following 10,000 appended events: traced Python memory, least of the samples "
+              f"at 1,000-5,000 {early / 1024:.0f} KiB, at 6,000-10,000 {late / 1024:.0f} KiB "
+              f"({grown / 1024:+.0f} KiB); RSS {marks[1000][1]} -> {marks[total][1]} KiB ({rss_grown:+d})")  # fmt: skip
+    assert grown < 256 * 1024
     assert rss_grown < 16 * 1024
 
 
