@@ -249,10 +249,11 @@ END;
 -- trigger per type cost every message append about 2 µs; the gate costs a fifth of that.)
 CREATE VIEW derived_events AS SELECT session_id, seq, type, data, time_ms FROM events WHERE 0;
 
--- A row here while recovery writes a batch of repairs says the statements after its INSERT write
--- the derived state of the batch's rows, set-based (one upsert of the calls, one update of the
--- turns: journal.store.sqlite's insert_repairs), in place of this trigger, row by row, which
--- costs several times as much. The row is inserted and deleted inside that one transaction, so
+-- A row here while recovery writes a batch of repairs, or append_many a batch whose derived state
+-- it planned, says the statements after its INSERT write the derived state of the batch's rows,
+-- set-based (journal.store.sqlite's insert_repairs: one upsert of the calls, one update of the
+-- turns; insert_events with a plan: journal.derived_batch), in place of this trigger, row by
+-- row, which costs several times as much. The row is inserted and deleted inside that one transaction, so
 -- no commit holds it (one that did would stop the derived state following the log, which
 -- `journal check` reports for every append after it).
 CREATE TABLE derived_by_statement (one INTEGER PRIMARY KEY CHECK (one = 1)) STRICT;

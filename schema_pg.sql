@@ -256,10 +256,12 @@ BEGIN
 END $$;
 
 -- journal.derived = 'statement' (SET LOCAL by the store around the one INSERT of recovery's
--- repairs: PgDatabase.insert_repairs; no other write sets it) turns the row trigger off for that
--- INSERT: the statements after it, in the same savepoint, check G4 for all its rows at once
--- (journal_events_contiguous) and write their derived state set-based. Recovery's rows are
--- synthetic results and turn ends, which no compaction reads.
+-- repairs, PgDatabase.insert_repairs, and of a batch whose derived state append_many planned,
+-- PgDatabase.insert_events; no other write sets it) turns the row trigger off for that INSERT:
+-- the statements after it, in the same savepoint, check G4 for all its rows at once
+-- (journal_events_contiguous) and write their derived state set-based. Neither holds a row a
+-- compaction reads (recovery's are synthetic results and turn ends; a batch with one keeps the
+-- row trigger).
 CREATE TRIGGER events_insert BEFORE INSERT ON events
 FOR EACH ROW WHEN (current_setting('journal.derived', true) IS DISTINCT FROM 'statement')
 EXECUTE FUNCTION journal_events_insert();

@@ -8,6 +8,7 @@ import contextlib
 import itertools
 from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -188,3 +189,22 @@ def test_a_planned_batch_holding_a_compaction_places_it_as_the_trigger_does(j) -
             rows = [r[1:] for r in db.execute("SELECT * FROM compactions WHERE session_id = ? ORDER BY 2", (sid,))]
         placed.append((rows, _derived(j, sid), [(m.role, m.content, m.seq) for m in j.messages(sid)]))
     assert placed[0] == placed[1] and placed[0][0] != []
+
+
+def test_g4_a_planned_batch_that_would_leave_a_gap_is_refused_and_writes_nothing(j) -> None:
+    """With the row trigger's derived part off, G4 still holds: SQLite's own trigger checks each
+    row; PostgreSQL checks the batch at once (``journal_events_contiguous``)."""
+    sid = j.create_session("gap").id
+    j.append(sid, "user_message", {"content": "first"})
+    types = ["turn_start", "step_start", "step_end", "turn_end"]
+    datas = [{"turn": 1}, {"turn": 1, "step": 1}, {"turn": 1, "step": 1, "outcome": "ok"}]
+    datas.append({"turn": 1, "steps": 1, "reason": "complete"})
+    texts = ['{"turn":1}', '{"turn":1,"step":1}', '{"turn":1,"step":1,"outcome":"ok"}']
+    texts.append('{"turn":1,"steps":1,"reason":"complete"}')
+    plan = derived_batch.plan(sid, 2, types, datas, [])  # seq 1 is free: a gap before the batch
+    assert plan is not None
+    with pytest.raises(journal.SchemaViolation), j._store.write("append_many", sessions=(sid,)) as db:
+        db.insert_events([(sid, 2 + n, t, x, 0) for n, (t, x) in enumerate(zip(types, texts))], plan)
+    assert j.count(sid) == 1 and j.check() == [] and _derived(j, sid) == ([], [])
+    j.append_many(sid, list(zip(types, datas)))  # where it belongs, the batch goes in
+    assert j.count(sid) == 5 and j.check() == []
