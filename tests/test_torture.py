@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from journal import crash
 from journal.cli.torture import torture as torture_command
-from journal.testing import torture
+from journal.testing import torture, torture_plan
 from journal.testing.torture import KINDS, allocate, plan, profile, summarize
 
 COUNTERS = [key for key, _ in torture.FAILURES]
@@ -126,8 +126,12 @@ def test_the_plan_is_drawn_from_the_seed_and_visits_every_point_first(full_profi
 
 def test_a_clean_run_of_the_agent_reaches_the_fork_and_the_batch(full_profile: torture.Profile) -> None:
     assert {"fork.after_commit", "append_many.after_commit", "dispatch.after_commit"} <= set(full_profile.points)
-    assert set(full_profile.expected) == {"agent", "agent.retry"}
+    assert set(full_profile.expected) == {"agent", "agent.retry", "agent.imported"}
     assert sum(1 for t, _ in full_profile.expected["agent.retry"] if t == "turn_end") == 2
+    # The imported history: one batch whose derived state is planned (journal.derived_batch).
+    imported = full_profile.expected["agent.imported"]
+    assert [t for t, _ in imported].count("turn_end") == torture_plan.IMPORTED_TURNS
+    assert imported[-1][0] == "x.imported" and len(imported) == len(torture_plan.imported_history())
 
 
 def test_the_summary_counts_a_trial_failure() -> None:

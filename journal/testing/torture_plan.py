@@ -29,6 +29,8 @@ from journal.testing.witness import CommitWitness
 SESSION = "agent"
 AGENT_WORKLOAD = "journal.testing.torture:agent_workload"
 FORK_SUFFIX = ".retry"
+IMPORTED_SUFFIX = ".imported"
+IMPORTED_TURNS = 12  # 84 events the trigger derives from: the plan's threshold on SQLite (84) and PostgreSQL (28)
 FORK_TURN: dict[str, Any] = {
     "user": "Actually, do not delete anything: email me the list instead.",
     "steps": [
@@ -83,6 +85,33 @@ def agent_workload(journal: Journal, session_id: str, ledger: Ledger) -> None:
             session_id,
             [("x.summary", {"turns": len(_scripted.SCRIPT), "fork": fork_id}), ("x.archived", {"by": "agent"})],
         )
+    imported_id = session_id + IMPORTED_SUFFIX
+    try:
+        journal.session(imported_id)
+    except SessionNotFound:
+        journal.create_session(imported_id)
+    if not journal.count(imported_id):  # one batch: all of it is there, or none
+        journal.append_many(imported_id, imported_history())
+
+
+def imported_history(turns: int = IMPORTED_TURNS) -> list[tuple[str, dict[str, Any]]]:
+    """Finished turns brought in from elsewhere as one ``append_many``: enough turn, step and
+    call events that their derived state is planned for the batch on either backend
+    (``journal.derived_batch``), so the campaign's crashes fall inside that path too."""
+    items: list[tuple[str, dict[str, Any]]] = []
+    for t in range(1, turns + 1):
+        call = {"id": f"imported-{t}", "name": "lookup", "arguments": {"q": t}}
+        items += [
+            ("user_message", {"content": f"question {t}"}),
+            ("turn_start", {"turn": t}),
+            ("step_start", {"turn": t, "step": 1}),
+            ("assistant_message", {"content": "", "tool_calls": [call], "stop_reason": "tool_use"}),
+            ("tool_call", {"id": call["id"], "name": call["name"]}),
+            ("tool_result", {"tool_call_id": call["id"], "content": f"answer {t}"}),
+            ("step_end", {"turn": t, "step": 1, "outcome": "ok"}),
+            ("turn_end", {"turn": t, "steps": 1, "reason": "complete"}),
+        ]
+    return [*items, ("x.imported", {"turns": turns})]
 
 
 # -- the profile of a clean run -------------------------------------------------------------------
