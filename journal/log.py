@@ -140,65 +140,75 @@ def _stored(db: Database, row: tuple[Any, ...]) -> bool:
 _ENGINE_ONLY = {"retract": "retract(session_id)"}
 
 
-_OPEN_TURNS_OF = "SELECT count(*) FROM turn_journal WHERE session_id = ? AND end_seq IS NULL"
 # The types the schema's gate trigger derives state from (an assistant message only with calls).
 _DERIVING = frozenset(
     {"turn_start", "turn_end", "step_start", "step_end", "tool_call", "tool_result", "assistant_message"}
 )
 
 
+def _open_turn_starts_txn(db: Database, session_id: str) -> list[int]:
+    return [start for (start,) in db.execute(db.sql.open_turn_starts, (session_id,))]
+
+
 def _reads_settled_txn(
     db: Database, session_id: str, encoded: list[tuple[str, str, str | None]], copies: list[dict[str, Any]]
-) -> bool:
+) -> tuple[bool, list[int] | None]:
     """Whether every dispatch and result of the batch would be written as it is, known from one
     read of their calls and one of the open turns: no keyed item, no call dispatched or answered
     twice in the batch, a session that is not a fork, none of its calls dispatched (G6) or
     answered (G5) already, and each dispatch inside a turn open at its place. Then the batch
-    needs no read between its items; else each of those items reads as ``append`` does."""
+    needs no read between its items; else each of those items reads as ``append`` does. With it,
+    the open turns' starts when they were read (the derived-state plan starts from them)."""
     results: list[str] = []
     dispatches: list[str] = []
     for (type_, _text, key), copy in zip(encoded, copies, strict=True):
         if key is not None:
-            return False
+            return False, None
         if type_ == "tool_result":
             results.append(copy["tool_call_id"])
         elif type_ == "tool_call":
             dispatches.append(copy["id"])
     if not results and not dispatches:
-        return True
+        return True, None
     if len(set(results)) < len(results) or len(set(dispatches)) < len(dispatches):
-        return False
+        return False, None
     if seed_length_txn(db, session_id):
-        return False  # a fork: its calls are read through the parent too
+        return False, None  # a fork: its calls are read through the parent too
     calls = {*results, *dispatches}
     known = {c: (d, a) for c, _r, d, a in db.execute(db.sql.call_seqs, (session_id, json.dumps(sorted(calls))))}
     if any(known.get(c, (None, None))[1] is not None for c in results):
-        return False
+        return False, None
     if any(known.get(c, (None, None))[0] is not None for c in dispatches):
-        return False
-    open_turns = int(db.value(_OPEN_TURNS_OF, (session_id,)) or 0)
+        return False, None
+    starts = _open_turn_starts_txn(db, session_id)
+    open_turns = len(starts)
     for type_, _text, _key in encoded:  # the turn journal as the schema's trigger keeps it
         if type_ == "turn_start":
             open_turns += 1
         elif type_ == "turn_end":
             open_turns = max(open_turns - 1, 0)
         elif type_ == "tool_call" and not open_turns:
-            return False  # NoOpenTurn, or AlreadyDispatched: the item's own read says which
-    return True
+            return False, None  # NoOpenTurn, or AlreadyDispatched: the item's own read says which
+    return True, starts
 
 
 def _derived_plan_txn(
-    db: Database, session_id: str, first: int, encoded: list[tuple[str, str, str | None]], copies: list[dict[str, Any]]
+    db: Database,
+    session_id: str,
+    first: int,
+    encoded: list[tuple[str, str, str | None]],
+    copies: list[dict[str, Any]],
+    starts: list[int] | None,
 ) -> DerivedPlan | None:
     """The derived state of a batch written as one insert, planned for the whole batch
-    (``journal.derived_batch``) when it is large enough to gain by it on this backend
-    (``db.plan_derived_from``); else ``None``: the schema's trigger keeps it row by row (on a
-    backend without the plan's statements, always)."""
-    sql = db.sql.open_turn_starts
+    (``journal.derived_batch``) from the session's open turns (``starts``, read here if not
+    yet) when it is large enough to gain by it on this backend (``db.plan_derived_from``); else
+    ``None``: the schema's trigger keeps it row by row."""
     types = [type_ for type_, _text, _key in encoded]
-    if sql is None or sum(1 for t in types if t in _DERIVING) < db.plan_derived_from:
+    if sum(1 for t in types if t in _DERIVING) < db.plan_derived_from:
         return None
-    starts = [start for (start,) in db.execute(sql, (session_id,))]
+    if starts is None:
+        starts = _open_turn_starts_txn(db, session_id)
     return derived_batch.plan(session_id, first, types, copies, starts)
 
 
@@ -460,14 +470,14 @@ class Log:
         is known beforehand (``_reads_settled_txn``), the whole batch is one insert."""
         out: list[Event] = []
         run: list[int] = []
-        settled = _reads_settled_txn(db, session_id, encoded, copies)
+        settled, starts = _reads_settled_txn(db, session_id, encoded, copies)
 
         def flush() -> None:
             if not run:
                 return
             first = next_seq_in_txn(db, session_id)
             whole = settled and len(run) == len(encoded)  # settled: the batch is this one run
-            derived = _derived_plan_txn(db, session_id, first, encoded, copies) if whole else None
+            derived = _derived_plan_txn(db, session_id, first, encoded, copies, starts) if whole else None
             try:
                 rows = [(session_id, first + n, *encoded[i][:2], time_ms) for n, i in enumerate(run)]
                 db.insert_events(rows, derived)

@@ -66,7 +66,7 @@ class Database(Protocol):
         of arrays, one execution for the batch); SQLite runs its one prepared ``INSERT`` per
         row, which is as fast there. The schema's triggers see each row as for any insert;
         ``derived``, the rows' derived state planned for the batch (one session's events, all
-        of them), is what a backend with ``sql.open_turn_starts`` writes in its trigger's stead."""
+        of them), is what the backend writes in its trigger's stead."""
         ...
 
     def insert_repairs(self, rows: Sequence[EventRow], results: Sequence[ResultRow], ends: Sequence[EndRow]) -> None:

@@ -84,10 +84,9 @@ class Statements:
     # (journal.recovery_batch), the same columns and rows on both backends; None: a backend that
     # recovers session by session (the planner).
     open_work: str | None
-    # (session): the session's open turns' start seqs, ascending; a batch's derived state is
-    # planned from them (journal.derived_batch). None: the backend keeps a batch's derived state
-    # by its row trigger and the plan is not made.
-    open_turn_starts: str | None
+    # (session): the session's open turns' start seqs, ascending (append_many's checks count
+    # them; a batch's derived state is planned from them: journal.derived_batch).
+    open_turn_starts: str
 
     # -- journal.results -------------------------------------------------------------------------
     # (session or NULL for every session, limit): per tool name, most called first: calls,

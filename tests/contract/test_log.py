@@ -350,7 +350,11 @@ def test_g5_g6_a_batch_written_in_one_insert_is_what_item_by_item_writes(j: jour
                 j.append(sid, type_, data)
             except (journal.ResultExists, journal.AlreadyDispatched, journal.NoOpenTurn):
                 pass
-        patch = mock.patch("journal.log._reads_settled_txn", return_value=False) if settled is False else nullcontext()
+        patch = (
+            mock.patch("journal.log._reads_settled_txn", return_value=(False, None))
+            if settled is False
+            else nullcontext()
+        )
         with patch:
             try:
                 got: object = [(e.seq, e.type, e.data, e.existing) for e in j.append_many(sid, batch)]
