@@ -438,6 +438,87 @@ def test_a_version_6_schema_made_before_the_meta_digests_is_read_as_it_is_and_up
         ) == [(True, True)]
 
 
+# The events table as schema_pg.sql made it before its rules were domains: the same rules as
+# table CHECKs, named as PostgreSQL names a column's CHECK.
+AS_CHECKS = """
+ALTER TABLE events
+    ALTER COLUMN seq TYPE bigint, ALTER COLUMN type TYPE text COLLATE "C",
+    ALTER COLUMN data TYPE text COLLATE "C", ALTER COLUMN key TYPE text COLLATE "C",
+    ADD CONSTRAINT events_seq_check CHECK (seq >= 0),
+    ADD CONSTRAINT events_type_check CHECK (type IN ('system_message', 'user_message', 'assistant_message',
+        'tool_result', 'tool_call', 'tool_result_late', 'turn_start', 'turn_end', 'step_start', 'step_end',
+        'stream_interrupted', 'stream_continued', 'submission_interrupted', 'operator_resolution', 'retract')
+        OR (type LIKE 'x.%' AND length(type) > 2)),
+    ADD CONSTRAINT events_data_check CHECK (json_typeof(data::json) = 'object'),
+    ADD CONSTRAINT events_key_check CHECK (key IS NULL OR length(key) BETWEEN 1 AND 256);
+DROP DOMAIN journal_seq; DROP DOMAIN journal_event_type; DROP DOMAIN journal_event_data; DROP DOMAIN journal_event_key;
+"""
+EVENTS_SHAPE = (
+    "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), c.collname::text FROM pg_attribute AS a "
+    "LEFT JOIN pg_collation AS c ON c.oid = a.attcollation "
+    "WHERE a.attrelid = 'events'::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum"
+)
+EVENTS_CHECKS = (
+    "SELECT conname::text FROM pg_constraint WHERE conrelid = 'events'::regclass AND contype = 'c' ORDER BY 1"
+)
+
+
+def _refusals(j: journal.Journal, kinds: tuple[str, ...] = ("check",)) -> None:
+    """The events rules hold whichever shape the schema has: each bad row is refused, by code
+    (a table CHECK is checked after the row trigger, which refuses a row of no session first)."""
+    with Raw(j.path) as raw:
+        for column, value in (("seq", -1), ("type", "made_up"), ("type", "x."), ("data", "[1]"), ("key", "")):
+            row = {"seq": 0, "type": "user_message", "data": '{"content": "hi"}', "key": None, column: value}
+            with pytest.raises(Refused) as info:
+                raw.execute(
+                    "INSERT INTO events (session_id, seq, type, data, time_ms, key) VALUES ('bad', ?, ?, ?, 1, ?)",
+                    (row["seq"], row["type"], row["data"], row["key"]),
+                )
+            assert info.value.kind in kinds, (column, value)
+
+
+def test_an_events_table_made_with_checks_is_read_as_it_is_and_given_the_domains_by_a_write_open(
+    pg_dsn: str,
+) -> None:
+    with journal.open(pg_dsn) as j:
+        j.create_session("old")
+        j.append("old", "user_message", {"content": "before"})
+        with Raw(pg_dsn) as raw:
+            current = raw.execute(EVENTS_SHAPE)
+            assert raw.execute(EVENTS_CHECKS) == []
+            raw.execute(AS_CHECKS)
+            assert len(raw.execute(EVENTS_CHECKS)) == 4
+    with journal.open(pg_dsn, readonly=True) as ro:  # read as it is, nothing changed
+        assert [e.data["content"] for e in ro.events("old")] == ["before"]
+    with Raw(pg_dsn) as raw:
+        assert raw.execute("SELECT to_regtype('journal_event_type') IS NULL") == [(True,)]
+    with journal.open(pg_dsn) as j:
+        j.append("old", "user_message", {"content": "after"})
+        assert [e.data["content"] for e in j.events("old")] == ["before", "after"]
+        assert j.check() == []
+        _refusals(j)
+    with Raw(pg_dsn) as raw:
+        assert raw.execute(EVENTS_SHAPE) == current
+        assert raw.execute(EVENTS_CHECKS) == []
+
+
+def test_an_events_table_a_view_reads_keeps_its_checks_and_its_rules(pg_dsn: str) -> None:
+    with journal.open(pg_dsn) as j:
+        j.create_session("s")
+    with Raw(pg_dsn) as raw:
+        raw.execute(AS_CHECKS)
+        raw.execute("CREATE VIEW event_kinds AS SELECT DISTINCT type FROM events")
+    for _ in range(2):  # the second open finds the upgrade done: nothing more to try
+        with journal.open(pg_dsn) as j:
+            j.append("s", "user_message", {"content": "hi"})
+            assert j.check() == []
+            _refusals(j, ("check", "trigger"))
+    with Raw(pg_dsn) as raw:
+        assert len(raw.execute(EVENTS_CHECKS)) == 4
+        assert raw.execute("SELECT type FROM event_kinds") == [("user_message",)]
+        assert raw.execute("SELECT to_regtype('journal_event_type') IS NOT NULL") == [(True,)]
+
+
 CURRENT_TRIGGER = (
     "SELECT pg_get_triggerdef(t.oid) LIKE '%journal.derived%', to_regproc('journal_events_contiguous') IS NOT NULL "
     "FROM pg_trigger AS t WHERE t.tgname = 'events_insert' AND t.tgrelid = 'events'::regclass"

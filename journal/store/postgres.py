@@ -273,13 +273,43 @@ SELECT
   (SELECT count(*) FROM pg_extension WHERE extnamespace = n.oid)
 FROM pg_namespace n WHERE n.nspname = current_schema()
 """
-# A schema_pg.sql of version 6 made before session_meta's digests: a btree entry of each whole
-# meta key and value (a long one could not be stored). _UPGRADE makes it today's.
-_UPGRADED = "SELECT to_regclass(format('%I.session_meta_match', current_schema())) IS NOT NULL"
-_UPGRADE = """
+# Two changes to schema_pg.sql that keep its version (its tables, rows and rules are the same),
+# made by the first writable open; a read-only open reads the older shape as it is:
+# - a version 6 made before session_meta's digests held a btree entry of each whole meta key and
+#   value (a long one could not be stored);
+# - the events columns' rules were table CHECKs until the domains (schema_pg.sql says why). A
+#   column a view reads cannot change its type: a schema where another application's view reads
+#   the events table keeps its CHECKs (the same rules), with the domains made beside them.
+_UPGRADED = (
+    "SELECT to_regclass(format('%I.session_meta_match', current_schema())) IS NOT NULL "
+    "AND to_regtype(format('%I.journal_event_type', current_schema())) IS NOT NULL"
+)
+
+
+def _upgrade_sql() -> str:
+    text = schema_sql()
+    start = text.index("CREATE DOMAIN journal_seq ")
+    domains = text[start : text.index("\n\nCREATE TABLE events ", start)]
+    return f"""
 ALTER TABLE session_meta DROP CONSTRAINT IF EXISTS session_meta_pkey;
 CREATE INDEX IF NOT EXISTS session_meta_match ON session_meta (md5(key), type, md5(value));
 CREATE INDEX IF NOT EXISTS session_meta_session ON session_meta (session_id);
+DO $upgrade$
+BEGIN
+    IF to_regtype(format('%I.journal_event_type', current_schema())) IS NOT NULL THEN
+        RETURN;
+    END IF;
+{domains}
+    IF NOT EXISTS (SELECT 1 FROM pg_depend AS d JOIN pg_rewrite AS r ON r.oid = d.objid
+                    WHERE d.classid = 'pg_rewrite'::regclass AND d.refobjid = 'events'::regclass
+                      AND r.ev_class <> d.refobjid) THEN
+        ALTER TABLE events
+            DROP CONSTRAINT IF EXISTS events_seq_check, DROP CONSTRAINT IF EXISTS events_type_check,
+            DROP CONSTRAINT IF EXISTS events_data_check, DROP CONSTRAINT IF EXISTS events_key_check,
+            ALTER COLUMN seq TYPE journal_seq, ALTER COLUMN type TYPE journal_event_type,
+            ALTER COLUMN data TYPE journal_event_data, ALTER COLUMN key TYPE journal_event_key;
+    END IF;
+END $upgrade$;
 """
 
 
@@ -624,9 +654,9 @@ class PostgresStore(Transactions[psycopg.Connection, PgDatabase]):
                 conn.execute("UPDATE journal_meta SET schema_version = %s", (version,))
 
     def _upgrade(self, conn: psycopg.Connection) -> None:
-        """Bring a version-6 schema made before session_meta's index held digests up to date
-        (the same version: its tables and rows are unchanged). A read-only open reads the old
-        one as it is (the lookup is the same without the index)."""
+        """Bring a schema of this version made before session_meta's digests or the events
+        domains up to date (``_UPGRADED``: its tables and rows are unchanged). A read-only open
+        reads the older one as it is (the lookup and the rules are the same)."""
         try:
             (current,) = _row(conn.execute(_UPGRADED).fetchone())
         except psycopg.Error as exc:
@@ -634,7 +664,7 @@ class PostgresStore(Transactions[psycopg.Connection, PgDatabase]):
         if current:
             return
         with self.write("upgrade_schema"):  # idempotent: another process may be doing it too
-            conn.execute(_UPGRADE)
+            conn.execute(_upgrade_sql())
 
     # -- transactions: the primitives under journal.store.base.Transactions ----------------------
 
