@@ -25,8 +25,10 @@ go to a fresh temporary directory too, never the repository. Each part has its o
   foreign key), the locks and the way the statements are sent; the same statements one round trip
   each, prepared (each timed: where the time goes); raw psycopg and the replay with
   ``synchronous_commit=off`` (on − off is the wait for the WAL flush); ``SELECT 1`` (one round
-  trip); and the journal on SQLite (``full``) for scale. After the rounds: the server's own time
-  for the INSERT into either table (``EXPLAIN ANALYZE``, trigger by trigger), and ``pg_stat_wal``
+  trip); the journal appending bench/mix.py's 13-event turn, an event an op (most of them change
+  the derived state: the row trigger's work); and the journal on SQLite (``full``) for scale.
+  After the rounds: the server's own time for the INSERT into either table (``EXPLAIN ANALYZE``,
+  trigger by trigger), and ``pg_stat_wal``
   (``track_wal_io_timing`` on for that phase only) over chunks of commits of raw psycopg and of
   the replay taking turns: fdatasyncs, WAL bytes and records per commit.
 - ``writers``: 8 worker processes (``multiprocessing`` spawn), each with its own
@@ -74,6 +76,7 @@ from typing import Any
 
 import apsw
 import contenders as c
+import mix
 import psycopg
 import restart
 from append import close_all, git, host, log, paired_ratio, percentile, scratch_dir, table, warm_up
@@ -213,6 +216,7 @@ PING = "raw psycopg, SELECT 1"
 LG_WRITES = "langgraph PostgresSaver put_writes"
 LG_STEP = "langgraph PostgresSaver step (put_writes + put)"
 J_SQLITE = "journal on SQLite"
+J_PG_MIX = "journal on PostgreSQL, the turn mix"
 
 
 class PgAppend:
@@ -323,6 +327,24 @@ class JournalPg:
 
     def close(self) -> None:
         self.journal.close()
+
+
+class JournalPgMix(JournalPg):
+    """The journal's appends of bench/mix.py's 13-event turn, one event per op: most of them change
+    the derived state (the turn journal, the tool calls), which the row trigger writes."""
+
+    what = "Journal.append of each event of bench/mix.py's 13-event turn in turn, durability='full'"
+
+    def __init__(self, name: str, dsn: str) -> None:
+        super().__init__(name, dsn)
+        self.turn = 0
+        self.pending: list[tuple[str, dict[str, Any]]] = []
+
+    def append(self) -> None:
+        if not self.pending:
+            self.turn += 1
+            self.pending = mix.turn_events(self.turn)[::-1]
+        self.journal.append(self.session_id, *self.pending.pop())
 
 
 @dataclass
@@ -670,6 +692,7 @@ def part_append(server: PgServer, tmp: str, s: Settings) -> dict[str, Any]:
     raw_dsn, j_dsn = create_bare_database(server), server.create_database()
     journal.open(j_dsn).close()
     journal_pg = JournalPg(J_PG, j_dsn)
+    journal_mix = JournalPgMix(J_PG_MIX, j_dsn)
     statements = journal_statements(journal_pg)
     log("  one steady append sends: " + describe(statements))
     sqlite = c.JournalAppend(J_SQLITE, c.new_path(tmp, "append_sqlite"), durability="full")
@@ -682,6 +705,7 @@ def part_append(server: PgServer, tmp: str, s: Settings) -> dict[str, Any]:
     group.contenders = [
         RawPg(RAW, raw_dsn),
         journal_pg,
+        journal_mix,
         RawPg(RAW_OFF, raw_dsn, sync=False),
         Replay(REPLAY, j_dsn, statements),
         Replay(REPLAY_OFF, j_dsn, statements, sync=False),
@@ -698,7 +722,7 @@ def part_append(server: PgServer, tmp: str, s: Settings) -> dict[str, Any]:
         by = {x.name: x for x in group.contenders}
         rows = [time_row(group, by[RAW])]
         rows.append(time_row(group, by[J_PG], vs=RAW, target=1.2))
-        for name in (RAW_OFF, REPLAY, REPLAY_OFF, REPLAY_SPLIT, RAW_AUTO, PING, J_SQLITE):
+        for name in (J_PG_MIX, RAW_OFF, REPLAY, REPLAY_OFF, REPLAY_SPLIT, RAW_AUTO, PING, J_SQLITE):
             rows.append(time_row(group, by[name], vs=RAW))
         for peer in peers:  # the journal's time over the peer's: target <= 1 (issue 27)
             rows.append(time_row(group, peer, vs=RAW))

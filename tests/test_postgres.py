@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import urllib.parse
 import uuid
@@ -18,7 +19,7 @@ from click.testing import CliRunner
 import journal
 import journal.aio
 from journal.cli import main as cli
-from journal.store.postgres import SCHEMA_VERSION
+from journal.store.postgres import _DOMAIN_COLUMNS, SCHEMA_VERSION
 from journal.store.target import redact
 from journal.testing.pgserver import PgServer
 from tests.raw import Raw, Refused
@@ -438,29 +439,42 @@ def test_a_version_6_schema_made_before_the_meta_digests_is_read_as_it_is_and_up
         ) == [(True, True)]
 
 
-# The events table as schema_pg.sql made it before its rules were domains: the same rules as
-# table CHECKs, named as PostgreSQL names a column's CHECK.
-AS_CHECKS = """
-ALTER TABLE events
-    ALTER COLUMN seq TYPE bigint, ALTER COLUMN type TYPE text COLLATE "C",
-    ALTER COLUMN data TYPE text COLLATE "C", ALTER COLUMN key TYPE text COLLATE "C",
-    ADD CONSTRAINT events_seq_check CHECK (seq >= 0),
-    ADD CONSTRAINT events_type_check CHECK (type IN ('system_message', 'user_message', 'assistant_message',
-        'tool_result', 'tool_call', 'tool_result_late', 'turn_start', 'turn_end', 'step_start', 'step_end',
-        'stream_interrupted', 'stream_continued', 'submission_interrupted', 'operator_resolution', 'retract')
-        OR (type LIKE 'x.%' AND length(type) > 2)),
-    ADD CONSTRAINT events_data_check CHECK (json_typeof(data::json) = 'object'),
-    ADD CONSTRAINT events_key_check CHECK (key IS NULL OR length(key) BETWEEN 1 AND 256);
-DROP DOMAIN journal_seq; DROP DOMAIN journal_event_type; DROP DOMAIN journal_event_data; DROP DOMAIN journal_event_key;
-"""
-EVENTS_SHAPE = (
-    "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), c.collname::text FROM pg_attribute AS a "
-    "LEFT JOIN pg_collation AS c ON c.oid = a.attcollation "
-    "WHERE a.attrelid = 'events'::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum"
+def as_checks(raw: Raw) -> None:
+    """Take the tables every append writes back to what schema_pg.sql made before their column
+    rules were domains: each domain's rule as the column's CHECK, named as PostgreSQL names one."""
+    changes: dict[str, list[str]] = {}
+    for table, columns in _DOMAIN_COLUMNS.items():
+        for column, domain in columns.items():
+            [(base, rule)] = raw.execute(
+                "SELECT format_type(t.typbasetype, t.typtypmod), pg_get_constraintdef(c.oid) "
+                "FROM pg_type AS t JOIN pg_constraint AS c ON c.contypid = t.oid "
+                "WHERE t.typname = ? AND t.typnamespace = current_schema()::regnamespace",
+                (domain,),
+            )
+            collate = ' COLLATE "C"' if base == "text" else ""
+            changes.setdefault(table, []).append(f"ALTER COLUMN {column} TYPE {base}{collate}")
+            check = re.sub(r"\bVALUE\b", column, rule)
+            changes[table].append(f"ADD CONSTRAINT {table}_{column}_check {check}")
+    for table, parts in changes.items():
+        raw.execute(f"ALTER TABLE {table} {', '.join(parts)}")
+    for domain in {d for columns in _DOMAIN_COLUMNS.values() for d in columns.values()}:
+        raw.execute(f"DROP DOMAIN {domain}")
+
+
+SHAPES = (
+    "SELECT c.relname::text, a.attname::text, format_type(a.atttypid, a.atttypmod), l.collname::text, "
+    "pg_get_expr(f.adbin, f.adrelid) FROM pg_attribute AS a JOIN pg_class AS c ON c.oid = a.attrelid "
+    "LEFT JOIN pg_collation AS l ON l.oid = a.attcollation "
+    "LEFT JOIN pg_attrdef AS f ON f.adrelid = a.attrelid AND f.adnum = a.attnum "
+    "WHERE c.relname IN ('events', 'turn_journal', 'tool_calls') AND c.relnamespace = current_schema()::regnamespace "
+    "AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 1, a.attnum"
 )
-EVENTS_CHECKS = (
-    "SELECT conname::text FROM pg_constraint WHERE conrelid = 'events'::regclass AND contype = 'c' ORDER BY 1"
+CHECKS = (
+    "SELECT conrelid::regclass::text, conname::text FROM pg_constraint "
+    "WHERE conrelid IN ('events'::regclass, 'turn_journal'::regclass, 'tool_calls'::regclass) AND contype = 'c' "
+    "ORDER BY 1, 2"
 )
+OLD_CHECKS = 4 + 7 + 2  # the events', the turn journal's and the tool calls' column rules
 
 
 def _refusals(j: journal.Journal, kinds: tuple[str, ...] = ("check",)) -> None:
@@ -477,45 +491,61 @@ def _refusals(j: journal.Journal, kinds: tuple[str, ...] = ("check",)) -> None:
             assert info.value.kind in kinds, (column, value)
 
 
-def test_an_events_table_made_with_checks_is_read_as_it_is_and_given_the_domains_by_a_write_open(
-    pg_dsn: str,
-) -> None:
+def _turn(j: journal.Journal, session_id: str, turn: int) -> None:
+    """A turn that writes every table the domains are on: a call requested, dispatched, answered."""
+    j.append(session_id, "user_message", {"content": f"turn {turn}"})
+    j.append(session_id, "turn_start", {"turn": turn})
+    j.append(session_id, "step_start", {"turn": turn, "step": 1})
+    call = {"id": f"c-{turn}", "name": "lookup", "arguments": {}}
+    j.append(session_id, "assistant_message", {"content": "", "tool_calls": [call]})
+    j.append(session_id, "tool_call", call)
+    j.append(session_id, "tool_result", {"tool_call_id": call["id"], "content": "sunny"})
+    j.append(session_id, "step_end", {"turn": turn, "step": 1, "outcome": "ok"})
+    j.append(session_id, "turn_end", {"turn": turn, "steps": 1, "reason": "complete"})
+
+
+def test_tables_made_with_checks_are_read_as_they_are_and_given_the_domains_by_a_write_open(pg_dsn: str) -> None:
     with journal.open(pg_dsn) as j:
         j.create_session("old")
-        j.append("old", "user_message", {"content": "before"})
+        _turn(j, "old", 1)
+        j.append("old", "turn_start", {"turn": 2})
+        before = j.scan()
         with Raw(pg_dsn) as raw:
-            current = raw.execute(EVENTS_SHAPE)
-            assert raw.execute(EVENTS_CHECKS) == []
-            raw.execute(AS_CHECKS)
-            assert len(raw.execute(EVENTS_CHECKS)) == 4
+            current = raw.execute(SHAPES)
+            assert raw.execute(CHECKS) == [("turn_journal", "turn_journal_check")]
+            as_checks(raw)
+            assert len(raw.execute(CHECKS)) == 1 + OLD_CHECKS
     with journal.open(pg_dsn, readonly=True) as ro:  # read as it is, nothing changed
-        assert [e.data["content"] for e in ro.events("old")] == ["before"]
+        assert ro.scan() == before
+        assert [e.type for e in ro.events("old")][-1] == "turn_start"
     with Raw(pg_dsn) as raw:
         assert raw.execute("SELECT to_regtype('journal_event_type') IS NULL") == [(True,)]
     with journal.open(pg_dsn) as j:
-        j.append("old", "user_message", {"content": "after"})
-        assert [e.data["content"] for e in j.events("old")] == ["before", "after"]
+        j.append("old", "turn_end", {"turn": 2, "steps": 0, "reason": "complete"})
+        _turn(j, "old", 3)
+        assert len(j.events("old")) == 18 and j.scan().open_turns == ()
         assert j.check() == []
         _refusals(j)
     with Raw(pg_dsn) as raw:
-        assert raw.execute(EVENTS_SHAPE) == current
-        assert raw.execute(EVENTS_CHECKS) == []
+        assert raw.execute(SHAPES) == current
+        assert raw.execute(CHECKS) == [("turn_journal", "turn_journal_check")]
 
 
-def test_an_events_table_a_view_reads_keeps_its_checks_and_its_rules(pg_dsn: str) -> None:
+def test_an_events_table_a_view_reads_keeps_its_checks_and_the_other_tables_get_the_domains(pg_dsn: str) -> None:
     with journal.open(pg_dsn) as j:
         j.create_session("s")
     with Raw(pg_dsn) as raw:
-        raw.execute(AS_CHECKS)
+        as_checks(raw)
         raw.execute("CREATE VIEW event_kinds AS SELECT DISTINCT type FROM events")
-    for _ in range(2):  # the second open finds the upgrade done: nothing more to try
+    for turn in (1, 2):  # the second open finds the upgrade done: nothing more to try
         with journal.open(pg_dsn) as j:
-            j.append("s", "user_message", {"content": "hi"})
+            _turn(j, "s", turn)
             assert j.check() == []
             _refusals(j, ("check", "trigger"))
-    with Raw(pg_dsn) as raw:
-        assert len(raw.execute(EVENTS_CHECKS)) == 4
-        assert raw.execute("SELECT type FROM event_kinds") == [("user_message",)]
+    with Raw(pg_dsn) as raw:  # the events keep their CHECKs; the tables no view reads change
+        assert len([c for t, c in raw.execute(CHECKS) if t == "events"]) == 4
+        assert raw.execute("SELECT count(*) FROM pg_constraint WHERE conrelid = 'turn_journal'::regclass") == [(3,)]
+        assert raw.execute("SELECT count(*) FROM event_kinds") == [(8,)]
         assert raw.execute("SELECT to_regtype('journal_event_type') IS NOT NULL") == [(True,)]
 
 

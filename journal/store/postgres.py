@@ -277,38 +277,62 @@ FROM pg_namespace n WHERE n.nspname = current_schema()
 # made by the first writable open; a read-only open reads the older shape as it is:
 # - a version 6 made before session_meta's digests held a btree entry of each whole meta key and
 #   value (a long one could not be stored);
-# - the events columns' rules were table CHECKs until the domains (schema_pg.sql says why). A
-#   column a view reads cannot change its type: a schema where another application's view reads
-#   the events table keeps its CHECKs (the same rules), with the domains made beside them.
-_UPGRADED = (
-    "SELECT to_regclass(format('%I.session_meta_match', current_schema())) IS NOT NULL "
-    "AND to_regtype(format('%I.journal_event_type', current_schema())) IS NOT NULL"
-)
+# - the column rules of the tables every append writes were table CHECKs until the domains
+#   (schema_pg.sql says why). A column a view reads cannot change its type: a table another
+#   application's view reads keeps its CHECKs (the same rules), with the domains made beside it.
+_DOMAIN_COLUMNS = {
+    "events": {
+        "seq": "journal_seq", "type": "journal_event_type", "data": "journal_event_data", "key": "journal_event_key",
+    },
+    "turn_journal": {
+        "phase": "journal_turn_phase", "attempt": "journal_attempt", "revision": "journal_count",
+        "tool_request": "journal_json", "steps": "journal_count", "step_open": "journal_flag",
+        "end_reason": "journal_turn_end_reason",
+    },
+    "tool_calls": {"state": "journal_call_state", "effect": "journal_effect"},
+}  # fmt: skip
 
 
-def _upgrade_sql() -> str:
+@functools.cache
+def _domains() -> dict[str, str]:
+    """schema_pg.sql's ``CREATE DOMAIN`` statements, by the domain's name."""
     text = schema_sql()
-    start = text.index("CREATE DOMAIN journal_seq ")
-    domains = text[start : text.index("\n\nCREATE TABLE events ", start)]
+    return {m.group(1): m.group(0) for m in re.finditer(r"CREATE DOMAIN (\w+) .*?;", text, re.DOTALL)}
+
+
+@functools.cache
+def _upgraded_sql() -> str:
+    named = " AND ".join(f"to_regtype(format('%I.{name}', current_schema())) IS NOT NULL" for name in _domains())
+    return f"SELECT to_regclass(format('%I.session_meta_match', current_schema())) IS NOT NULL AND {named}"
+
+
+@functools.cache
+def _upgrade_sql() -> str:
+    steps = [
+        f"    IF to_regtype(format('%I.{name}', current_schema())) IS NULL THEN\n        {statement}\n    END IF;"
+        for name, statement in _domains().items()
+    ]
+    for table, columns in _DOMAIN_COLUMNS.items():
+        first, domain = next(iter(columns.items()))
+        changes = [f"DROP CONSTRAINT IF EXISTS {table}_{column}_check" for column in columns]
+        changes += [f"ALTER COLUMN {column} TYPE {domain}" for column, domain in columns.items()]
+        steps.append(
+            f"""    IF NOT EXISTS (SELECT 1 FROM pg_depend AS d JOIN pg_rewrite AS r ON r.oid = d.objid
+                    WHERE d.classid = 'pg_rewrite'::regclass AND d.refobjid = '{table}'::regclass
+                      AND r.ev_class <> d.refobjid)
+       AND (SELECT atttypid FROM pg_attribute WHERE attrelid = '{table}'::regclass AND attname = '{first}')
+           <> '{domain}'::regtype THEN
+        ALTER TABLE {table} {", ".join(changes)};
+    END IF;"""
+        )
+    body = "\n".join(steps)
     return f"""
 ALTER TABLE session_meta DROP CONSTRAINT IF EXISTS session_meta_pkey;
 CREATE INDEX IF NOT EXISTS session_meta_match ON session_meta (md5(key), type, md5(value));
 CREATE INDEX IF NOT EXISTS session_meta_session ON session_meta (session_id);
 DO $upgrade$
 BEGIN
-    IF to_regtype(format('%I.journal_event_type', current_schema())) IS NOT NULL THEN
-        RETURN;
-    END IF;
-{domains}
-    IF NOT EXISTS (SELECT 1 FROM pg_depend AS d JOIN pg_rewrite AS r ON r.oid = d.objid
-                    WHERE d.classid = 'pg_rewrite'::regclass AND d.refobjid = 'events'::regclass
-                      AND r.ev_class <> d.refobjid) THEN
-        ALTER TABLE events
-            DROP CONSTRAINT IF EXISTS events_seq_check, DROP CONSTRAINT IF EXISTS events_type_check,
-            DROP CONSTRAINT IF EXISTS events_data_check, DROP CONSTRAINT IF EXISTS events_key_check,
-            ALTER COLUMN seq TYPE journal_seq, ALTER COLUMN type TYPE journal_event_type,
-            ALTER COLUMN data TYPE journal_event_data, ALTER COLUMN key TYPE journal_event_key;
-    END IF;
+{body}
 END $upgrade$;
 """
 
@@ -655,10 +679,10 @@ class PostgresStore(Transactions[psycopg.Connection, PgDatabase]):
 
     def _upgrade(self, conn: psycopg.Connection) -> None:
         """Bring a schema of this version made before session_meta's digests or the events
-        domains up to date (``_UPGRADED``: its tables and rows are unchanged). A read-only open
+        domains up to date (``_upgraded_sql``: its tables and rows are unchanged). A read-only open
         reads the older one as it is (the lookup and the rules are the same)."""
         try:
-            (current,) = _row(conn.execute(_UPGRADED).fetchone())
+            (current,) = _row(conn.execute(_upgraded_sql()).fetchone())
         except psycopg.Error as exc:
             raise self._translate(exc, "open", outcome=WriteOutcome.ABSENT) from exc
         if current:
