@@ -687,6 +687,60 @@ def insert_server_time(dsn: str, session_id: str, seq: int, *, runs: int = 200) 
     return {k: 1000 * statistics.median(v) for k, v in out.items()}
 
 
+# One-row INSERTs run by the server itself, each its own statement (a PL/pgSQL loop: no client,
+# no round trip, no commit): what the schema costs per statement, the cost PostgreSQL pays again
+# for every statement (a table's CHECKs are parsed and planned per statement) included.
+_SERVER_LOOP = """CREATE OR REPLACE FUNCTION pg_temp.journal_bench_loop(t text, sid text, kinds text[], n int)
+RETURNS float8 LANGUAGE plpgsql AS $f$
+DECLARE start timestamptz := clock_timestamp(); q bigint := 0;
+BEGIN
+    FOR i IN 1..n LOOP
+        FOR k IN 1..array_length(kinds, 1) LOOP
+            EXECUTE format('INSERT INTO %I (session_id, seq, type, data, time_ms) VALUES ($1, $2, $3, $4, 1)', t)
+                USING sid, q, kinds[k], CASE kinds[k]
+                    WHEN 'turn_start' THEN format('{"turn":%s}', i)
+                    WHEN 'step_start' THEN format('{"turn":%s,"step":1}', i)
+                    WHEN 'step_end' THEN format('{"turn":%s,"step":1,"outcome":"ok"}', i)
+                    WHEN 'turn_end' THEN format('{"turn":%s,"steps":1,"reason":"complete"}', i)
+                    ELSE '{"content":"hello there, how is the weather in Lyon today?"}' END;
+            q := q + 1;
+        END LOOP;
+    END LOOP;
+    RETURN extract(epoch FROM clock_timestamp() - start) * 1e6 / (n * array_length(kinds, 1));
+END $f$"""
+
+
+def server_statement_time(j_dsn: str, raw_dsn: str, *, rounds: int = 5, n: int = 2000) -> dict[str, float]:
+    """µs per one-row INSERT statement run inside the server (``_SERVER_LOOP``; each round in a
+    transaction rolled back): user messages into the bare table and into the journal's events,
+    and a turn's four deriving events (start, step start and end, end) into the journal's."""
+    cases = [
+        ("bare table, user_message", raw_dsn, "events", ["user_message"]),
+        ("journal, user_message", j_dsn, "events", ["user_message"]),
+        ("journal, a turn's 4 deriving events", j_dsn, "events", ["turn_start", "step_start", "step_end", "turn_end"]),
+    ]
+    out: dict[str, list[float]] = {name: [] for name, *_ in cases}
+    conns = {dsn: psycopg.connect(dsn, autocommit=True) for dsn in (j_dsn, raw_dsn)}
+    try:
+        for conn in conns.values():
+            conn.execute(_SERVER_LOOP)
+        for r in range(rounds):
+            for name, dsn, table, kinds in cases:
+                conn, sid = conns[dsn], f"loop-{r}-{len(out[name])}"
+                conn.execute("BEGIN")
+                if dsn == j_dsn:
+                    conn.execute("INSERT INTO sessions (id, created_ms) VALUES (%s, 1)", (sid,))
+                per = conn.execute(
+                    "SELECT pg_temp.journal_bench_loop(%s, %s, %s, %s)", (table, sid, kinds, n)
+                ).fetchone()
+                conn.execute("ROLLBACK")
+                out[name].append(per[0])  # type: ignore[index]
+    finally:
+        for conn in conns.values():
+            conn.close()
+    return {k: statistics.median(v) for k, v in out.items()}
+
+
 def part_append(server: PgServer, tmp: str, s: Settings) -> dict[str, Any]:
     group = Group("append")
     raw_dsn, j_dsn = create_bare_database(server), server.create_database()
@@ -747,6 +801,8 @@ def part_append(server: PgServer, tmp: str, s: Settings) -> dict[str, Any]:
             "journal schema": insert_server_time(j_dsn, by[REPLAY].session_id, by[REPLAY].seq),
             "bare table": insert_server_time(raw_dsn, by[RAW].session_id, by[RAW].seq),
         }
+        log("  one-row INSERTs run inside the server")
+        statement_server = server_statement_time(j_dsn, raw_dsn)
     finally:
         close_all(group)
     return {
@@ -756,6 +812,7 @@ def part_append(server: PgServer, tmp: str, s: Settings) -> dict[str, Any]:
         "raw_stages": raw_stages,
         "split_stages": split_stages,
         "insert_server": insert_server,
+        "statement_server_us": statement_server,
         "journal_minus_replay_us": python_us,
         "flush_wait_us": flush_wait,
         "wal": wal,
@@ -1139,6 +1196,10 @@ def report(doc: dict[str, Any]) -> str:
         for kind, times in a["insert_server"].items():
             parts = ", ".join(f"{k} {v:.1f}" for k, v in times.items())
             out.append(f"  the server's time for the INSERT into the {kind} (EXPLAIN ANALYZE, medians): {parts}")
+        if "statement_server_us" in a:
+            out.append("  the server's time per one-row INSERT statement, run in a loop inside the server (µs):")
+            for kind, us in a["statement_server_us"].items():
+                out.append(f"    {kind:60} {us:8.1f}")
         out.append(
             "  the journal's own work (journal.append − the replay, paired by round): "
             f"{a['journal_minus_replay_us']:8.1f}"
