@@ -34,7 +34,7 @@ def test_schema_pg_check_constraints_list_exactly_the_enums_values(column: str, 
     sql = postgres.schema_sql()
     lists = _check_lists(sql, column)
     # The rules of the tables every append writes are domains (schema_pg.sql says why).
-    domains = {domain for columns in postgres._DOMAIN_COLUMNS.values() for c, domain in columns.items() if c == column}
+    domains = {domain for columns in postgres.DOMAIN_COLUMNS.values() for c, domain in columns.items() if c == column}
     for domain in domains:
         start = sql.index(f"CREATE DOMAIN {domain} ")
         lists += _check_lists(sql[start : sql.index(";", start)], "VALUE")

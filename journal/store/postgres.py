@@ -276,11 +276,13 @@ FROM pg_namespace n WHERE n.nspname = current_schema()
 # Two changes to schema_pg.sql that keep its version (its tables, rows and rules are the same),
 # made by the first writable open; a read-only open reads the older shape as it is:
 # - a version 6 made before session_meta's digests held a btree entry of each whole meta key and
-#   value (a long one could not be stored);
+#   value (a long one could not be stored): the index is made again;
 # - the column rules of the tables every append writes were table CHECKs until the domains
-#   (schema_pg.sql says why). A column a view reads cannot change its type: a table another
-#   application's view reads keeps its CHECKs (the same rules), with the domains made beside it.
-_DOMAIN_COLUMNS = {
+#   (schema_pg.sql says why): the domains are made, and the tables keep their CHECKs (the same
+#   rules). Changing a column's type to a domain rewrites the table under an exclusive lock, which
+#   an open must not do to a busy server's events: docs/postgres.md gives the statements an
+#   operator runs for the speed (``DOMAIN_COLUMNS``, in that order).
+DOMAIN_COLUMNS = {
     "events": {
         "seq": "journal_seq", "type": "journal_event_type", "data": "journal_event_data", "key": "journal_event_key",
     },
@@ -308,31 +310,17 @@ def _upgraded_sql() -> str:
 
 @functools.cache
 def _upgrade_sql() -> str:
-    steps = [
+    domains = "\n".join(
         f"    IF to_regtype(format('%I.{name}', current_schema())) IS NULL THEN\n        {statement}\n    END IF;"
         for name, statement in _domains().items()
-    ]
-    for table, columns in _DOMAIN_COLUMNS.items():
-        first, domain = next(iter(columns.items()))
-        changes = [f"DROP CONSTRAINT IF EXISTS {table}_{column}_check" for column in columns]
-        changes += [f"ALTER COLUMN {column} TYPE {domain}" for column, domain in columns.items()]
-        steps.append(
-            f"""    IF NOT EXISTS (SELECT 1 FROM pg_depend AS d JOIN pg_rewrite AS r ON r.oid = d.objid
-                    WHERE d.classid = 'pg_rewrite'::regclass AND d.refobjid = '{table}'::regclass
-                      AND r.ev_class <> d.refobjid)
-       AND (SELECT atttypid FROM pg_attribute WHERE attrelid = '{table}'::regclass AND attname = '{first}')
-           <> '{domain}'::regtype THEN
-        ALTER TABLE {table} {", ".join(changes)};
-    END IF;"""
-        )
-    body = "\n".join(steps)
+    )
     return f"""
 ALTER TABLE session_meta DROP CONSTRAINT IF EXISTS session_meta_pkey;
 CREATE INDEX IF NOT EXISTS session_meta_match ON session_meta (md5(key), type, md5(value));
 CREATE INDEX IF NOT EXISTS session_meta_session ON session_meta (session_id);
 DO $upgrade$
 BEGIN
-{body}
+{domains}
 END $upgrade$;
 """
 
