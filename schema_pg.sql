@@ -11,10 +11,11 @@
 -- - `session_meta` keeps each scalar meta value as its text (booleans as 1 and 0, as SQLite's
 --   json_each), and its index holds md5 digests of the key and the value: SQLite's index takes a
 --   value of any length, a btree entry here at most about 2.7 kB (what a file holds, a server holds).
--- - The events columns' rules are domains, not table CHECKs: PostgreSQL reads, parses and plans a
---   table's CHECK constraints again for every statement that writes it (about half the server's
---   time for a one-row append: 11 of 24 µs, Dec 2), a domain's once per connection. The same
---   rules, refused with the same SQLSTATE (23514, check_violation).
+-- - The column rules of the tables every append writes (events, turn_journal, tool_calls) are
+--   domains, not table CHECKs: PostgreSQL reads, parses and plans a table's CHECK constraints
+--   again for every statement that writes it, a domain's once per connection (the server's time
+--   for a one-row append 29.5 → 18.5 µs, a deriving event's 83 → 63: bench/RESULTS.md, Dec 2).
+--   The same rules, refused with the same SQLSTATE (23514, check_violation).
 -- - The triggers are PL/pgSQL functions; one BEFORE INSERT trigger on events does G4's check and
 --   hands the types that change derived state or compactions to their functions, as the SQLite
 --   gate triggers do. `events` has no foreign key to `sessions`: its triggers keep the same rule.
@@ -73,8 +74,7 @@ CREATE UNIQUE INDEX events_one_dispatch
 CREATE INDEX events_turns ON events (session_id, seq) WHERE type IN ('turn_start', 'turn_end');
 
 -- The derived tables' column rules are domains too (the row trigger writes them for every
--- deriving event: a table's CHECKs planned again for each of its statements cost ~10 µs an
--- event on the server, Dec 2); the turn's one rule across columns stays the table's CHECK.
+-- deriving event); the turn's one rule across columns stays the table's CHECK.
 CREATE DOMAIN journal_turn_phase AS TEXT COLLATE "C" CHECK (
     VALUE IN ('before_provider', 'provider_started', 'tool_request_recorded', 'committed'));
 CREATE DOMAIN journal_turn_end_reason AS TEXT COLLATE "C" CHECK (VALUE IN ('complete', 'rejected', 'interrupted'));
