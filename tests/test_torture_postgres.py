@@ -56,7 +56,7 @@ def test_a_bounded_campaign_with_server_crashes_covers_every_point_and_finds_not
     report = json.loads(out)
     if "server_dir" in report:  # kept for inspection by a failed campaign; the assertions say why
         shutil.rmtree(Path(report["server_dir"]).parent, ignore_errors=True)
-    assert code == 0, report["failures"]
+    assert code == 0, json.dumps(report["failures"], indent=1)  # a text: shown whole, not cut short
     assert report["ok"] and report["trials"] == 56
     assert all(report[key] == 0 for key in COUNTERS), {key: report[key] for key in COUNTERS}
     assert report["backend"] == "postgresql"

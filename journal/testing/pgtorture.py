@@ -307,9 +307,14 @@ def _died_of(exc: BaseException) -> dict[str, Any]:
 
 def _where(exc: BaseException) -> str:
     """The library's last frames an error passed through, innermost last: where to look."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f"{os.sep}journal{os.sep}" in f.filename]
+    every = traceback.extract_tb(exc.__traceback__)
+    frames = [f for f in every if f"{os.sep}journal{os.sep}" in f.filename]
     shown = [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in frames[-4:]]
-    return "raised at " + " > ".join(shown) if shown else "raised outside the library"
+    if shown:
+        return "raised at " + " > ".join(shown)
+    # An error the driver raised and handled itself (the context of the one it raised): where.
+    elsewhere = [f"{Path(f.filename).parent.name}/{Path(f.filename).name}:{f.lineno} {f.name}" for f in every[-3:]]
+    return "raised outside the library" + (", at " + " > ".join(elsewhere) if elsewhere else "")
 
 
 def _last_line(text: str) -> str:
