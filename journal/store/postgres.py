@@ -281,7 +281,7 @@ FROM pg_namespace n WHERE n.nspname = current_schema()
 #   (schema_pg.sql says why): the domains are made, and the tables keep their CHECKs (the same
 #   rules). Changing a column's type to a domain rewrites the table under an exclusive lock, which
 #   an open must not do to a busy server's events: docs/postgres.md gives the statements an
-#   operator runs for the speed (``DOMAIN_COLUMNS``, in that order).
+#   operator runs for the speed (``DOMAIN_COLUMNS``: each table's columns and their domains).
 DOMAIN_COLUMNS = {
     "events": {
         "seq": "journal_seq", "type": "journal_event_type", "data": "journal_event_data", "key": "journal_event_key",
@@ -666,9 +666,9 @@ class PostgresStore(Transactions[psycopg.Connection, PgDatabase]):
                 conn.execute("UPDATE journal_meta SET schema_version = %s", (version,))
 
     def _upgrade(self, conn: psycopg.Connection) -> None:
-        """Bring a schema of this version made before session_meta's digests or the events
-        domains up to date (``_upgraded_sql``: its tables and rows are unchanged). A read-only open
-        reads the older one as it is (the lookup and the rules are the same)."""
+        """Bring a schema of this version made before session_meta's digests or the domains up
+        to date (``_upgraded_sql``: its tables and rows are unchanged). A read-only open reads
+        the older one as it is (the lookup and the rules are the same)."""
         try:
             (current,) = _row(conn.execute(_upgraded_sql()).fetchone())
         except psycopg.Error as exc:
