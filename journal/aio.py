@@ -5,12 +5,16 @@ return values and errors, written out so that it is typed for users; context man
 ``async with`` (``aj.turn(s)``, ``turn.step()``, ``turn.dispatch(call_id)``, a claim), and
 ``follow`` is an async iterator. How a twin runs (a read, a write, a synced write, a call that
 runs alone) is not said here: it is the kind its method declares in ``journal.engine``
-(``engine.KINDS``), and ``_call`` (``journal.aio_base``) reads it.
+(``engine.KINDS``), and ``_call`` (``journal.aio_base``) reads it. (``append`` without a key
+or an expected count also tells the writer what it appends: see below.)
 
 How it runs. One **writer thread** owns the write connection. A write awaited on the loop is
 queued; the writer takes everything queued, runs each write inside ONE transaction (each in a
 savepoint of its own, so a refused write fails alone: G2), commits once, and wakes each waiting
 coroutine with its own result or error. A write has returned only when that commit has (G1).
+Plain appends that follow one another in a round are one insert of their rows; a refused one
+(a stale guess of a session's next seq) lets each of them run as ``append`` does, in its
+place. A round of one write is that write's own transaction, as the sync call makes it.
 Long maintenance calls (recover, reconcile, effect recovery, purge, checkpoint) run alone, with
 their own transactions, between batches. Reads run on reader connections in a small thread
 pool. The loop thread never waits on the database: it only queues and is woken.
@@ -201,6 +205,12 @@ class AsyncJournal(_AsyncBase):
         key: str | None = None,
         expected_count: int | None = None,
     ) -> Event:
+        if key is None and expected_count is None:
+            # A plain append: the writer may insert it with the round's other plain appends in
+            # one statement (journal.aio_writer); else, or when that is refused, it is this call.
+            return await self._write(
+                lambda j: j.append(session_id, type, data), operation="append", plain=(session_id, type, data)
+            )
         return await self._call(Journal.append, session_id, type, data, key=key, expected_count=expected_count)
 
     async def append_many(

@@ -116,13 +116,19 @@ class _AsyncBase:
             raise WrongLoop(operation, "another event loop" if here else "an event loop of another thread")
 
     async def _write(
-        self, call: Callable[[Journal], R], *, operation: str = "write", alone: bool = False, synced: bool = False
+        self,
+        call: Callable[[Journal], R],
+        *,
+        operation: str = "write",
+        alone: bool = False,
+        synced: bool = False,
+        plain: tuple[str, str, dict[str, Any]] | None = None,
     ) -> R:
         self._owned(operation)
         if self._closed or not self._opened:
             raise JournalClosed()
         assert self._loop is not None
-        item = _Item(call, self._loop, operation=operation, alone=alone, synced=synced)
+        item = _Item(call, self._loop, operation=operation, alone=alone, synced=synced, plain=plain)
         self._writer.put(item)
         try:
             return cast(R, await item.future)  # the future holds what ``call`` returned

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from journal import crash
 from journal.engine import Journal
 from journal.errors import (
     InvalidArgument,
@@ -28,6 +29,7 @@ from journal.errors import (
 )
 from journal.model import Event, WriteOutcome
 from journal.results import Dispatch, PutResult
+from journal.store.base import Batch, EventRow
 
 # The writer's batch: its crash points are writer.before_commit and writer.after_commit.
 WRITER = "writer"
@@ -38,7 +40,9 @@ MAX_BATCH = 1024
 class _Item:
     """One queued write: the call to make on the writer's ``Journal``, then its fate."""
 
-    __slots__ = ("alone", "call", "error", "finished", "future", "loop", "operation", "result", "synced", "taken")
+    __slots__ = (
+        "alone", "call", "error", "finished", "future", "loop", "operation", "plain", "result", "synced", "taken"
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -48,8 +52,10 @@ class _Item:
         operation: str,
         alone: bool,
         synced: bool,
+        plain: tuple[str, str, dict[str, Any]] | None = None,
     ) -> None:
         self.call = call
+        self.plain = plain  # an append(session_id, type, data) without key or expected count
         self.operation = operation  # the call's name, for the error a failed round gives it
         self.loop = loop
         self.future: asyncio.Future[Any] = loop.create_future()  # the awaiting task's
@@ -131,6 +137,15 @@ class _Writer:
                     break
                 if batch[0].alone:
                     self._run_alone(batch[0])
+                elif len(batch) == 1 and not crash.armed():
+                    # A round of one write is that write's own transaction, as the sync call
+                    # makes it: a lone append is one statement (one round trip on PostgreSQL)
+                    # rather than BEGIN, a savepoint, the statement and COMMIT. Its durability,
+                    # its errors and the outcome they carry are the sync call's. With a crash
+                    # point armed the round stays a batch, so that its points are passed.
+                    self._run_alone(batch[0])
+                    if batch[0].error is None:
+                        self.commits += 1
                 else:
                     self._run_batch(batch)
                 self._wake(batch)
@@ -195,7 +210,19 @@ class _Writer:
         committing = False  # past the writes: an error now is the COMMIT's (or the store's)
         try:
             with store.batch(WRITER, synced=any(item.synced for item in batch)) as shared:
+                rows = _Rows()
                 for item in batch:
+                    if item.plain is not None:
+                        try:
+                            if rows.add(journal, item):
+                                ran += 1
+                                continue  # inserted with the others of its run
+                        except BaseException as exc:  # refused before anything was written
+                            ran += 1
+                            item.result, item.error = None, exc
+                            continue
+                    if not rows.insert(journal, shared):  # first: this write may read them
+                        break
                     ran += 1
                     try:
                         item.result = item.call(journal)
@@ -203,6 +230,8 @@ class _Writer:
                         item.result, item.error = None, exc
                     if shared.broken:
                         break  # SQLite rolled everything back: the batch fails as a whole
+                else:
+                    rows.insert(journal, shared)
                 committing = True
             self.commits += 1
         except BaseException as exc:
@@ -227,6 +256,59 @@ class _Writer:
             _settle_future(item.finished, None, None)
         if self._on_commit is not None:
             self._on_commit()
+
+
+class _Rows:
+    """A run of plain appends of one round, inserted in one statement (``insert_events``: one
+    round trip on PostgreSQL for the run, where each append alone is one; the schema's triggers
+    check and derive each row as for any insert), each write's event made as ``append`` makes
+    it (``Log.round_row``). A refused insert (a stale guess of a session's next seq) was undone
+    alone: each of its appends then runs itself, in its place, and finds out why."""
+
+    def __init__(self) -> None:
+        self.items: list[_Item] = []
+        self.rows: list[EventRow] = []
+        self.next_seqs: dict[str, int] = {}  # the sessions' next seqs after the run's rows
+
+    def add(self, journal: Journal, item: _Item) -> bool:
+        """Add the append to the run; False when it must run itself (after the run)."""
+        assert item.plain is not None
+        made = journal._log.round_row(*item.plain, self.next_seqs)
+        if made is None:
+            return False
+        row, item.result = made
+        self.items.append(item)
+        self.rows.append(row)
+        self.next_seqs[row[0]] = row[1] + 1
+        return True
+
+    def insert(self, journal: Journal, shared: Batch) -> bool:
+        """Insert the run (then empty); False when the round broke doing so."""
+        items, rows = self.items, self.rows
+        if not items:
+            return True
+        self.items, self.rows, next_seqs, self.next_seqs = [], [], self.next_seqs, {}
+        store = journal._store
+        try:
+            with store.write("append") as db:
+                db.insert_events(rows)
+        except BaseException as exc:
+            # Refused and undone: each append runs itself, in its place, and says why.
+            error: BaseException = exc
+            for n, item in enumerate(items):
+                item.result = None
+                if shared.broken:  # the round's transaction is gone: the rest never ran
+                    for rest in items[n:]:
+                        rest.result, rest.error = None, _member_error(error, rest.operation, WriteOutcome.ABSENT)
+                    return False
+                try:
+                    item.result = item.call(journal)
+                except BaseException as own:
+                    item.result, item.error = None, own
+                    error = own
+            return not shared.broken
+        store.next_seqs.update(next_seqs)
+        return True
 
 
 # A round's transaction that fails with one of these was rolled back whole: nothing of it stays.

@@ -348,9 +348,7 @@ class Log:
 
         Appends from several threads at once share commits (group commit): each is atomic and
         durable when it returns, and the fsyncs are shared."""
-        check_text("session_id", session_id)
-        text, copy = self.codec.encode_copy(type, data)
-        _refuse_engine_only(type)
+        text, copy = self._encoded(session_id, type, data)
         if key is not None:
             _state.check_key(key)
         if expected_count is not None:
@@ -406,6 +404,30 @@ class Log:
         if isinstance(done, Event):
             return done
         return Event(session_id, done, type, copy, time_ms, key)
+
+    def _encoded(self, session_id: str, type: str, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """An append's checks before anything is written, and its event's text and copy."""
+        check_text("session_id", session_id)
+        text, copy = self.codec.encode_copy(type, data)
+        _refuse_engine_only(type)
+        return text, copy
+
+    def round_row(
+        self, session_id: str, type: str, data: dict[str, Any], guesses: Mapping[str, int]
+    ) -> tuple[tuple[str, int, str, str, int], Event] | None:
+        """``append(session_id, type, data)``'s row and event when it takes the fast path, for a
+        writer that inserts several such rows in one statement (the async writer's round): the
+        same checks and errors as ``append``, nothing written. ``guesses``: the session's next
+        seq where the caller has rows of it pending, else the store's guess is used. ``None``:
+        ``append`` must run itself (no guess of the session's next seq, or a dispatch or a result,
+        which have their own statements). A refused insert of the rows says a guess was stale:
+        then run each ``append`` itself, which finds out why."""
+        text, copy = self._encoded(session_id, type, data)
+        seq = guesses.get(session_id, self._store.next_seqs.get(session_id))
+        if seq is None or type in _FAST_TYPES:
+            return None
+        time_ms = now_ms()
+        return (session_id, seq, type, text, time_ms), Event(session_id, seq, type, copy, time_ms)
 
     def append_many(
         self,
