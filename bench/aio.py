@@ -1,9 +1,11 @@
 """The async face against the sync API: group commit for coroutines and for threads (issue 15).
 
-    python bench/aio.py [--rounds R] [--appends N] [--json]
+    python bench/aio.py [--rounds R] [--appends N] [--postgres] [--json]
 
 Each contender appends ``user_message`` events (~100 bytes of JSON) with ``durability="full"``,
-in a fresh file of a temporary directory, one event per call:
+in a fresh file of a temporary directory (``--postgres``: a fresh database of a server the
+script starts, ``journal.testing.pgserver.PgServer(fsync=True)``, removed at the end), one event
+per call:
 
 - ``sync, 1 thread``: ``Journal.append`` in a loop (one autocommit INSERT and one fsync each);
 - ``async, 1 coroutine``: ``await AsyncJournal.append`` in a loop (the writer thread's batch of
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import sys
@@ -43,6 +46,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import journal
 import journal.aio
@@ -50,7 +54,7 @@ import journal.aio
 DATA = {"content": "the user asks the agent something of ordinary length, about a hundred bytes."}
 
 
-def sync_one(path: Path, n: int) -> tuple[float, int]:
+def sync_one(path: Path | str, n: int) -> tuple[float, int]:
     with journal.open(path) as j:
         j.create_session("s")
         start = time.perf_counter()
@@ -59,7 +63,7 @@ def sync_one(path: Path, n: int) -> tuple[float, int]:
         return time.perf_counter() - start, n
 
 
-def sync_threads(path: Path, n: int, threads: int = 8) -> tuple[float, int]:
+def sync_threads(path: Path | str, n: int, threads: int = 8) -> tuple[float, int]:
     with journal.open(path) as j:
         for t in range(threads):
             j.create_session(f"s{t}")
@@ -82,7 +86,7 @@ def sync_threads(path: Path, n: int, threads: int = 8) -> tuple[float, int]:
 
 
 def async_run(
-    path: Path, n: int, tasks: int, *, to_thread: bool = False, probe: bool = False
+    path: Path | str, n: int, tasks: int, *, to_thread: bool = False, probe: bool = False
 ) -> tuple[float, int, int, list[float]]:
     """Elapsed seconds, appends, commits and (with ``probe``) the loop's lags in seconds."""
 
@@ -124,7 +128,7 @@ def async_run(
     return asyncio.run(main())
 
 
-CONTENDERS: dict[str, Callable[[Path, int], tuple]] = {
+CONTENDERS: dict[str, Callable[[Path | str, int], tuple]] = {
     "sync, 1 thread": sync_one,
     "async, 1 coroutine": lambda p, n: async_run(p, n, 1),
     "async, 64 coroutines": lambda p, n: async_run(p, n * 4, 64, probe=True),
@@ -137,28 +141,40 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--appends", type=int, default=200, help="appends of a lone writer per round (x4 for many)")
+    parser.add_argument("--postgres", action="store_true", help="on a PostgreSQL server (fsync on), not SQLite")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    with contextlib.ExitStack() as stack:
+        if args.postgres:
+            from journal.testing.pgserver import PgServer
+
+            server = stack.enter_context(PgServer(fsync=True))
+            run(args, lambda name: server.create_database(name))
+        else:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory())
+            run(args, lambda name: Path(tmp) / f"{name}.db")
+
+
+def run(args: argparse.Namespace, where: Callable[[str], Any]) -> None:
+    """The rounds, each contender's journal at ``where(name)`` (a fresh file or database)."""
     rates: dict[str, list[float]] = {name: [] for name in CONTENDERS}
     fsyncs: list[float] = []
     worst_lags: list[float] = []
     p99_lags: list[float] = []
     p50_lags: list[float] = []
     names = list(CONTENDERS)
-    with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.rounds):
-            order = names[r % len(names) :] + names[: r % len(names)]
-            for name in order:
-                path = Path(tmp) / f"{r}-{names.index(name)}.db"
-                out = CONTENDERS[name](path, args.appends)
-                rates[name].append(out[1] / out[0])
-                if name == "async, 64 coroutines":
-                    fsyncs.append(out[2] / out[1])
-                    lags = sorted(out[3]) or [0.0]
-                    worst_lags.append(lags[-1] * 1000)
-                    p99_lags.append(lags[min(len(lags) - 1, int(len(lags) * 0.99))] * 1000)
-                    p50_lags.append(lags[len(lags) // 2] * 1000)
-            print(f"round {r + 1}/{args.rounds}", file=sys.stderr)
+    for r in range(args.rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order:
+            out = CONTENDERS[name](where(f"r{r}c{names.index(name)}"), args.appends)
+            rates[name].append(out[1] / out[0])
+            if name == "async, 64 coroutines":
+                fsyncs.append(out[2] / out[1])
+                lags = sorted(out[3]) or [0.0]
+                worst_lags.append(lags[-1] * 1000)
+                p99_lags.append(lags[min(len(lags) - 1, int(len(lags) * 0.99))] * 1000)
+                p50_lags.append(lags[len(lags) // 2] * 1000)
+        print(f"round {r + 1}/{args.rounds}", file=sys.stderr)
 
     def ratio(a: str, b: str) -> float:
         return statistics.median(x / y for x, y in zip(rates[a], rates[b], strict=True))
@@ -177,7 +193,8 @@ def main() -> None:
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"durable appends (full), medians of {args.rounds} rounds")
+    backend = "PostgreSQL, fsync on" if args.postgres else "SQLite"
+    print(f"durable appends (full), {backend}, medians of {args.rounds} rounds")
     for name, rate in result["rates"].items():
         print(f"  {name:36} {rate:10,.0f} appends/s")
     targets = {

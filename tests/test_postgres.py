@@ -159,6 +159,54 @@ def test_g4_the_async_face_on_a_server_gives_64_concurrent_appends_contiguous_se
         assert [e.seq for e in j.events("s")] == list(range(64)) and j.check() == []
 
 
+def test_g1_g2_threads_sharing_a_journal_on_a_server_share_commits_across_their_sessions(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Group commit on PostgreSQL: a leader's transaction takes the locks of every session
+    queued when it begins, so appends of different sessions ride one commit (each batch's
+    sessions recorded as the real ``GroupCommit._commit`` ran it); each thread's events land
+    whole and in order."""
+    import threading
+
+    from journal.store.groupcommit import GroupCommit
+
+    batches: list[set[str | None]] = []
+    real = GroupCommit._commit
+
+    def recorded(self: GroupCommit, batch: list) -> None:
+        real(self, batch)
+        batches.append({item.session for item in batch if item.error is None})
+
+    monkeypatch.setattr(GroupCommit, "_commit", recorded)
+    threads, each = 8, 60
+    with journal.open(pg_dsn) as j:
+        for t in range(threads):
+            j.create_session(f"s{t}")
+            j.append(f"s{t}", "user_message", {"content": "first"})
+        for attempt in range(3):  # whether two threads meet in one commit is the scheduler's call
+            start = threading.Barrier(threads)
+
+            def work(t: int, attempt: int = attempt, start: threading.Barrier = start) -> None:
+                start.wait()
+                for n in range(each):
+                    j.append(f"s{t}", "user_message", {"content": f"{attempt}.{n}"})
+
+            workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            if any(len(sessions) >= 2 for sessions in batches):
+                break
+        assert max(len(sessions) for sessions in batches) >= 2
+    with journal.open(pg_dsn) as fresh:
+        for t in range(threads):
+            contents = [e.data["content"] for e in fresh.events(f"s{t}")]
+            assert contents[0] == "first"
+            assert contents[1 : 1 + each] == [f"0.{n}" for n in range(each)]
+        assert fresh.check() == []
+
+
 def _history(j: journal.Journal) -> None:
     """A bit of everything export carries: meta, turns, calls and results, a fork, keys, state."""
     j.create_session("chat", meta={"user": "ana", "vip": True})

@@ -165,23 +165,26 @@ class GroupCommit:
             return any(item.present(db) for item in batch if item.error is None and item.present is not None)
 
         # Where writers of different sessions run at once (PostgreSQL), a transaction holds
-        # the locks of the sessions it writes, taken when it begins: it takes the leader's
-        # session, and only the appends queued for that session ride along (the others wait
-        # for the next leader). On SQLite every transaction holds the file, and takes them all.
-        own = batch[0].session
-        scoped = own is not None and self._store.dialect != "sqlite"
+        # the locks of the sessions it writes, taken together when it begins (in the keys'
+        # order: two writers never wait on each other in a cycle): the appends queued by then
+        # ride along, whatever their sessions, and those that arrive later wait for the next
+        # leader. On SQLite every transaction holds the file: what arrived while it waited for
+        # the lock rides too.
+        scoped = self._store.dialect != "sqlite"
+        sessions: list[str] | None = None
+        if scoped:
+            with self._mutex:
+                batch += self._queue
+                self._queue = []
+            named = [item.session for item in batch]
+            sessions = None if None in named else sorted(set(filter(None, named)))
         committing = False  # past the appends: an error now is the COMMIT's
         try:
-            with self._store.write(
-                self._operation, present=present_any, sessions=(own,) if scoped and own is not None else None
-            ) as db:
-                with self._mutex:
-                    if scoped:
-                        riders = [item for item in self._queue if item.session == own]
-                        self._queue = [item for item in self._queue if item.session != own]
-                    else:
-                        riders, self._queue = self._queue, []
-                    batch += riders
+            with self._store.write(self._operation, present=present_any, sessions=sessions) as db:
+                if not scoped:
+                    with self._mutex:
+                        batch += self._queue
+                        self._queue = []
                 if len(batch) == 1:
                     batch[0].result = batch[0].work(db)
                     committing = True
