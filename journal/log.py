@@ -46,7 +46,7 @@ from journal.lineage import (
 from journal.model import Event, Session
 from journal.model import now_ms as now_ms
 from journal.results import call_seqs_txn, dispatch_seq_txn, result_seq_txn, same_result
-from journal.store import INSERT_EVENT, Database, Statements, Store, UniqueViolation
+from journal.store import INSERT_EVENT, Database, EventRow, Statements, Store, UniqueViolation
 from journal.store.groupcommit import GroupCommit
 from journal.turns import open_turn_at_txn, open_turn_txn
 
@@ -374,7 +374,7 @@ class Log:
                     return Event(session_id, seq, type, copy, time_ms, key)
             except SchemaViolation:
                 guesses.pop(session_id, None)
-        written: list[int] = []
+        written: list[int] = []  # the seq it was written at, once it is (by ``work`` or the group)
 
         def present(db: Database) -> bool:
             return bool(written) and _stored(db, (session_id, written[0], type, text, time_ms))
@@ -400,7 +400,12 @@ class Log:
             written.append(seq)
             return seq
 
-        done = self._appends.run(work, present=present, session=session_id)
+        # A plain append's row, which a group commit may insert with others of its batch in one
+        # statement (a refused one lets ``work`` run, in its place, and find out why).
+        plain: EventRow | None = None
+        if seq is not None and key is None and expected_count is None and type not in _FAST_TYPES:
+            plain = (session_id, seq, type, text, time_ms)
+        done = self._appends.run(work, present=present, session=session_id, row=plain, written=written)
         if isinstance(done, Event):
             return done
         return Event(session_id, done, type, copy, time_ms, key)

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 import journal
 import journal.aio
 from journal.cli import main as cli
+from journal.model import Event
 from journal.store.postgres import DOMAIN_COLUMNS, SCHEMA_VERSION
 from journal.store.target import redact
 from journal.testing.pgserver import PgServer
@@ -163,21 +164,29 @@ def test_g1_g2_threads_sharing_a_journal_on_a_server_share_commits_across_their_
     pg_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Group commit on PostgreSQL: a leader's transaction takes the locks of every session
-    queued when it begins, so appends of different sessions ride one commit (each batch's
-    sessions recorded as the real ``GroupCommit._commit`` ran it); each thread's events land
-    whole and in order."""
+    queued when it begins, so appends of different sessions ride one commit, their rows one
+    INSERT (each batch's sessions, and the rows inserted together, recorded as the real
+    ``GroupCommit._commit`` ran it); each thread's events land whole and in order."""
     import threading
 
+    from journal.store import groupcommit
     from journal.store.groupcommit import GroupCommit
 
     batches: list[set[str | None]] = []
-    real = GroupCommit._commit
+    together: list[int] = []
+    real, real_rows = GroupCommit._commit, groupcommit._insert_rows
 
     def recorded(self: GroupCommit, batch: list) -> None:
         real(self, batch)
         batches.append({item.session for item in batch if item.error is None})
 
+    def rows_recorded(db: object, batch: list) -> set[int]:
+        inserted = real_rows(db, batch)  # type: ignore[arg-type]
+        together.append(len(inserted))
+        return inserted
+
     monkeypatch.setattr(GroupCommit, "_commit", recorded)
+    monkeypatch.setattr(groupcommit, "_insert_rows", rows_recorded)
     threads, each = 8, 60
     with journal.open(pg_dsn) as j:
         for t in range(threads):
@@ -199,11 +208,62 @@ def test_g1_g2_threads_sharing_a_journal_on_a_server_share_commits_across_their_
             if any(len(sessions) >= 2 for sessions in batches):
                 break
         assert max(len(sessions) for sessions in batches) >= 2
+        assert max(together) >= 2
     with journal.open(pg_dsn) as fresh:
         for t in range(threads):
             contents = [e.data["content"] for e in fresh.events(f"s{t}")]
             assert contents[0] == "first"
             assert contents[1 : 1 + each] == [f"0.{n}" for n in range(each)]
+        assert fresh.check() == []
+
+
+def test_g4_two_journals_of_threads_appending_to_the_same_sessions_each_get_the_seq_they_were_written_at(
+    pg_dsn: str,
+) -> None:
+    """Stale guesses in group commits: two ``Journal``s (two connections), four threads each,
+    all appending to the same four sessions, so a batch's one INSERT of rows is often refused
+    (another connection took a seq) and its appends then run one by one. Every append returns
+    the event stored at its seq, and every session stays contiguous."""
+    import threading
+
+    sessions, each = 4, 40
+    with journal.open(pg_dsn) as setup:
+        for s in range(sessions):
+            setup.create_session(f"s{s}")
+    told: list[Event] = []
+    lock = threading.Lock()
+    opened = [journal.open(pg_dsn), journal.open(pg_dsn)]
+    try:
+        for j in opened:
+            for s in range(sessions):
+                j.append(f"s{s}", "user_message", {"content": f"hello from {id(j)}"})
+        start = threading.Barrier(2 * sessions)
+
+        def work(j: journal.Journal, s: int, tag: str) -> None:
+            start.wait()
+            mine = [j.append(f"s{s}", "user_message", {"content": f"{tag}.{n}"}) for n in range(each)]
+            with lock:
+                told.extend(mine)
+
+        workers = [
+            threading.Thread(target=work, args=(j, s, f"{k}.{s}"))
+            for k, j in enumerate(opened)
+            for s in range(sessions)
+        ]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    finally:
+        for j in opened:
+            j.close()
+    assert len(told) == 2 * sessions * each
+    with journal.open(pg_dsn) as fresh:
+        stored = {(e.session_id, e.seq): e for s in range(sessions) for e in fresh.events(f"s{s}")}
+        for event in told:
+            assert stored[(event.session_id, event.seq)].data == event.data
+        for s in range(sessions):
+            assert [e.seq for e in fresh.events(f"s{s}")] == list(range(2 + 2 * each))
         assert fresh.check() == []
 
 
