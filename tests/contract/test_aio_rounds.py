@@ -183,3 +183,63 @@ def test_many_coroutines_appending_at_once_each_get_their_event_and_the_log_hold
             assert [(e.seq, e.data, e.time_ms) for e in stored] == [(e.seq, e.data, e.time_ms) for e in events]
             assert [e.data["content"] for e in stored] == [f"{sid[1:]}.{n}" for n in range(25)]
         assert j.check() == []
+
+
+AGENTS = """
+import asyncio, os, sys, journal, journal.aio
+
+async def main():
+    ledger = os.open(sys.argv[2], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    async with journal.aio.open(sys.argv[1]) as aj:
+        for t in range(16):
+            try:
+                await aj.session(f"s{t}")
+            except journal.SessionNotFound:
+                await aj.create_session(f"s{t}")
+        print("ready", flush=True)
+
+        async def agent(t):
+            n = 0
+            while True:
+                event = await aj.append(f"s{t}", "user_message", {"content": f"{sys.argv[3]}.{t}.{n}"})
+                os.write(ledger, f"{event.session_id} {event.seq} {event.data['content']}\\n".encode())
+                n += 1
+
+        await asyncio.gather(*(agent(t) for t in range(16)))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("delay", [0.2, 0.5])
+def test_g1_g4_a_kill_while_coroutines_append_keeps_every_awaited_event_at_the_seq_it_was_given(
+    db_path: Path, tmp_path: Path, delay: float
+) -> None:
+    """Sixteen coroutines append without pause (the writer's rounds full of plain appends, one
+    insert each) and record each awaited event outside the journal; the process is killed, run
+    again (the store's guesses of each session's next seq start empty) and killed again. Every
+    event an append returned is in the log at the seq it was told, with its content, and every
+    session is contiguous."""
+    import signal
+    import time
+
+    from tests.conftest import python_child
+
+    ledger = tmp_path / "ledger"
+    for run in range(2):
+        child = python_child(AGENTS, str(db_path), str(ledger), str(run))
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready", child.stderr.read() if child.stderr else ""
+        time.sleep(delay)
+        child.send_signal(signal.SIGKILL)
+        child.communicate(timeout=60)
+        assert child.returncode == -signal.SIGKILL
+    told = [line.split(" ", 2) for line in ledger.read_text().splitlines() if line.count(" ") == 2]
+    assert len(told) > 16  # the appends ran
+    with journal.open(db_path) as j:
+        stored = {(e.session_id, e.seq): e.data["content"] for t in range(16) for e in j.events(f"s{t}")}
+        for sid, seq, content in told:
+            assert stored.get((sid, int(seq))) == content
+        for t in range(16):
+            assert [e.seq for e in j.events(f"s{t}")] == list(range(j.count(f"s{t}")))
+        assert j.check() == []
