@@ -146,6 +146,66 @@ def test_g1_a_server_crash_keeps_the_commits_fails_the_write_with_a_typed_error_
             assert j.check() == []
 
 
+def test_g1_a_server_crash_while_coroutines_append_loses_no_awaited_event_and_every_error_tells_the_truth() -> None:
+    """Sixteen coroutines append (the writer's rounds: one insert for their plain appends) while
+    the server is crashed and started again. Every event an await returned is in the log; every
+    write that raised raised a ``JournalError``, and none said ``absent`` of a write the log
+    holds; the journal carries on after the restart."""
+    import asyncio
+    import threading
+
+    from journal.model import WriteOutcome
+
+    with PgServer(fsync=False) as server:
+        dsn = server.create_database()
+        told: list[journal.Event] = []
+        failed: list[tuple[int, int, BaseException]] = []
+
+        async def main() -> None:
+            async with journal.aio.open(dsn) as aj:
+                for t in range(16):
+                    await aj.create_session(f"s{t}")
+
+                async def agent(t: int) -> None:
+                    n, after = 0, 0
+                    while after < 20 and n < 100_000:  # until 20 appends past the restart
+                        if restarted.is_set():
+                            after += 1
+                        try:
+                            told.append(await aj.append(f"s{t}", "user_message", {"content": f"{t}.{n}"}))
+                        except Exception as exc:
+                            failed.append((t, n, exc))
+                            await asyncio.sleep(0.02)
+                        n += 1
+
+                def start_again() -> None:
+                    server.start()
+                    restarted.set()
+
+                restarted = threading.Event()
+                crash = threading.Timer(0.1, lambda: server.stop("immediate"))
+                restart = threading.Timer(0.4, start_again)
+                crash.start()
+                restart.start()
+                try:
+                    await asyncio.gather(*(agent(t) for t in range(16)))
+                finally:
+                    crash.join()
+                    restart.join()
+                told.append(await aj.append("s0", "user_message", {"content": "after"}))
+
+        asyncio.run(main())
+        assert failed  # the crash landed while they appended
+        with journal.open(dsn) as j:
+            stored = {(e.session_id, e.data["content"]) for t in range(16) for e in j.events(f"s{t}")}
+            assert [e for e in told if (e.session_id, e.data["content"]) not in stored] == []
+            for t, n, exc in failed:
+                assert isinstance(exc, journal.JournalError), exc
+                if getattr(exc, "outcome", None) is WriteOutcome.ABSENT:
+                    assert (f"s{t}", f"{t}.{n}") not in stored
+            assert j.check() == []
+
+
 def test_g4_the_async_face_on_a_server_gives_64_concurrent_appends_contiguous_seqs(pg_dsn: str) -> None:
     import asyncio
 
