@@ -118,6 +118,14 @@ def _fast_insert(sql: Statements, type_: str) -> str:
     return _INSERT_OWN_RESULT if type_ == "tool_result" else _INSERT
 
 
+def _plain_row(session_id: str, seq: int | None, type_: str, text: str, time_ms: int) -> EventRow | None:
+    """The row of an append (no key, no expected count) that inserts it alone, with nothing to
+    read first, given the guess of the session's next seq: what a writer may insert with others
+    in one statement. ``None`` without a guess, or for a dispatch or a result (their own
+    statements: ``_fast_insert``)."""
+    return None if seq is None or type_ in _FAST_TYPES else (session_id, seq, type_, text, time_ms)
+
+
 def check_dispatch_in_turn_txn(db: Database, session_id: str, type_: str, data: dict[str, Any]) -> None:
     """A ``tool_call`` (a dispatch) written by a plain append needs an open turn in its session:
     recovery closes turns, so a call dispatched outside one would stay owed forever."""
@@ -402,9 +410,7 @@ class Log:
 
         # A plain append's row, which a group commit may insert with others of its batch in one
         # statement (a refused one lets ``work`` run, in its place, and find out why).
-        plain: EventRow | None = None
-        if seq is not None and key is None and expected_count is None and type not in _FAST_TYPES:
-            plain = (session_id, seq, type, text, time_ms)
+        plain = _plain_row(session_id, seq, type, text, time_ms) if key is None and expected_count is None else None
         done = self._appends.run(work, present=present, session=session_id, row=plain, written=written)
         if isinstance(done, Event):
             return done
@@ -419,7 +425,7 @@ class Log:
 
     def round_row(
         self, session_id: str, type: str, data: dict[str, Any], guesses: Mapping[str, int]
-    ) -> tuple[tuple[str, int, str, str, int], Event] | None:
+    ) -> tuple[EventRow, Event] | None:
         """``append(session_id, type, data)``'s row and event when it takes the fast path, for a
         writer that inserts several such rows in one statement (the async writer's round): the
         same checks and errors as ``append``, nothing written. ``guesses``: the session's next
@@ -429,10 +435,8 @@ class Log:
         then run each ``append`` itself, which finds out why."""
         text, copy = self._encoded(session_id, type, data)
         seq = guesses.get(session_id, self._store.next_seqs.get(session_id))
-        if seq is None or type in _FAST_TYPES:
-            return None
-        time_ms = now_ms()
-        return (session_id, seq, type, text, time_ms), Event(session_id, seq, type, copy, time_ms)
+        row = _plain_row(session_id, seq, type, text, now_ms())
+        return None if row is None else (row, Event(session_id, row[1], type, copy, row[4]))
 
     def append_many(
         self,

@@ -221,23 +221,21 @@ class GroupCommit:
 def _insert_rows(db: Database, batch: list[Pending]) -> set[int]:
     """Insert the rows of the batch's plain appends in one statement; the ``id``s of the items
     it wrote (none when it was refused and undone: a stale guess of a session's next seq)."""
-    items = [item for item in batch if item.row is not None]
-    if len(items) < 2:
+    rows = [(item, item.row) for item in batch if item.row is not None]
+    if len(rows) < 2:
         return set()
     try:
-        db.insert_events([item.row for item in items if item.row is not None])
+        db.insert_events([row for _, row in rows])
     except JournalError:
         if not db.in_transaction:
             raise  # the transaction is gone: every append in it failed
         return set()
-    for item in items:
-        assert item.row is not None
-        session_id, seq = item.row[0], item.row[1]
+    for item, (session_id, seq, *_) in rows:
         item.result = seq
         db.next_seqs[session_id] = max(db.next_seqs.get(session_id, 0), seq + 1)
         if item.written is not None:
             item.written.append(seq)
-    return {id(item) for item in items}
+    return {id(item) for item, _ in rows}
 
 
 def _own_error(exc: BaseException, operation: str, *, committing: bool, alone: bool) -> BaseException:

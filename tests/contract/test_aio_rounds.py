@@ -94,7 +94,7 @@ def test_a_rounds_plain_appends_are_one_insert_and_each_gets_the_event_append_gi
     assert j.append("a", "user_message", NOTE).seq == 3
 
 
-def test_a_stale_guess_in_a_round_is_found_out_and_every_append_lands_in_order(
+def test_g4_a_stale_guess_in_a_round_is_found_out_and_every_append_lands_in_order(
     j: journal.Journal, db_path: Path, loop: asyncio.AbstractEventLoop, inserts: list[tuple[int, bool]]
 ) -> None:
     j.create_session("a")
@@ -111,7 +111,7 @@ def test_a_stale_guess_in_a_round_is_found_out_and_every_append_lands_in_order(
     assert j.check() == []
 
 
-def test_a_bad_or_unknown_append_in_a_round_fails_alone_with_the_error_append_gives(
+def test_g2_a_bad_or_unknown_append_in_a_round_fails_alone_with_the_error_append_gives(
     j: journal.Journal, loop: asyncio.AbstractEventLoop
 ) -> None:
     j.create_session("a")
