@@ -54,8 +54,7 @@ CREATE UNIQUE INDEX events_one_result
     ON events (session_id, data ->> '$.tool_call_id') WHERE type = 'tool_result';
 CREATE UNIQUE INDEX events_one_dispatch
     ON events (session_id, data ->> '$.id') WHERE type = 'tool_call';
--- Turn numbering and fork checks find the latest turn boundary without reading the log.
-CREATE INDEX events_turns ON events (session_id, seq) WHERE type IN ('turn_start', 'turn_end');
+-- (No index of the turn boundaries: turn numbering and fork checks read the turn journal.)
 
 -- One row per turn; the open ones (end_seq IS NULL) are what the restart scan lists.
 CREATE TABLE turn_journal (

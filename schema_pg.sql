@@ -71,7 +71,6 @@ CREATE UNIQUE INDEX events_one_result
     ON events (session_id, (data::json ->> 'tool_call_id')) WHERE type = 'tool_result';
 CREATE UNIQUE INDEX events_one_dispatch
     ON events (session_id, (data::json ->> 'id')) WHERE type = 'tool_call';
-CREATE INDEX events_turns ON events (session_id, seq) WHERE type IN ('turn_start', 'turn_end');
 
 -- The derived tables' column rules are domains too (the row trigger writes them for every
 -- deriving event); the turn's one rule across columns stays the table's CHECK.

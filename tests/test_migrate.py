@@ -193,9 +193,19 @@ SUBMISSION_COLUMNS = (
 OLD_GATE_TAIL = "\n AND NOT EXISTS (SELECT 1 FROM derived_by_statement)"
 
 
+# The index of the turn boundaries as versions 1 to 8 made it (version 9 dropped it).
+V8_TURNS_INDEX = "CREATE INDEX events_turns ON events (session_id, seq) WHERE type IN ('turn_start', 'turn_end')"
+
+
+def undo_v9(conn: apsw.Connection) -> None:
+    """Take a current file back to version 8's schema: the index of the turn boundaries again."""
+    conn.execute(V8_TURNS_INDEX)
+
+
 def undo_v8(conn: apsw.Connection) -> None:
     """Take a current file back to version 7's schema: no derived_by_statement, and the gate
     trigger that always derives, row by row."""
+    undo_v9(conn)
     (gate,) = [s for s in store.schema_statements(("TRIGGER",)) if s.split(None, 3)[2] == "events_derived"]
     assert gate.count(OLD_GATE_TAIL) == 1
     conn.execute("DROP TRIGGER events_derived; DROP TABLE derived_by_statement")
@@ -257,7 +267,42 @@ def test_g13_a_version_7_journal_is_read_as_it_is_and_migrated_by_a_writable_ope
     ]
     assert _raw(path, "SELECT DISTINCT state FROM tool_calls") == [("resolved",)]
     conn = apsw.Connection(str(path))
-    assert conn.pragma("user_version") == store.SCHEMA_VERSION == 8
+    assert conn.pragma("user_version") == store.SCHEMA_VERSION == 9
+    assert conn.pragma("integrity_check") == "ok"
+    conn.close()
+
+
+def test_g13_a_version_8_journal_is_read_as_it_is_and_loses_the_unused_index_on_a_writable_open(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.db"
+    with journal.open(path) as j:
+        j.create_session("s")
+        j.append_many("s", [(t, {**d, "outcome": "ok"} if t == "step_end" else d) for t, d in EVENTS])
+    conn = apsw.Connection(str(path))
+    with conn:
+        undo_v9(conn)
+        conn.pragma("user_version", 8)
+    conn.close()
+    before = rows(path)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    with journal.open(path, readonly=True) as j:
+        assert [t.start_seq for t in j.scan().open_turns] == [10]
+        assert j.check() == []
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == digest
+    assert index_sql(path, "events_turns") is not None
+    with journal.open(path) as j:
+        assert j.append("s", "turn_end", {"turn": 2, "steps": 0, "reason": "complete"}).seq == 11
+        assert j.scan().clean and j.check() == []
+    new = tmp_path / "new.db"
+    journal.open(new).close()
+    assert schema_objects(path) == schema_objects(new)
+    assert index_sql(path, "events_turns") is None
+    after = rows(path)
+    assert after["events"][: len(before["events"])] == before["events"] and len(after["events"]) == 12
+    assert after["tool_calls"] == before["tool_calls"]
+    conn = apsw.Connection(str(path))
+    assert conn.pragma("user_version") == store.SCHEMA_VERSION == 9
     assert conn.pragma("integrity_check") == "ok"
     conn.close()
 
@@ -345,7 +390,7 @@ def test_g13_a_version_3_journal_gains_the_listing_index_keeping_every_row(tmp_p
     assert schema_objects(old) == schema_objects(new)
     assert index_sql(old, "sessions_created") == index_sql(new, "sessions_created") is not None
     conn = apsw.Connection(str(old))
-    assert conn.pragma("user_version") == store.SCHEMA_VERSION == 8
+    assert conn.pragma("user_version") == store.SCHEMA_VERSION == 9
     assert conn.pragma("integrity_check") == "ok"
     conn.close()
 
@@ -509,7 +554,7 @@ def test_g13_a_version_6_journal_gains_the_submission_order_and_keeps_every_row(
     journal.open(new).close()
     assert schema_objects(old) == schema_objects(new)
     conn = apsw.Connection(str(old))
-    assert conn.pragma("user_version") == store.SCHEMA_VERSION == 8
+    assert conn.pragma("user_version") == store.SCHEMA_VERSION == 9
     assert conn.pragma("integrity_check") == "ok"
     conn.close()
 

@@ -780,7 +780,33 @@ def test_a_version_7_row_trigger_is_migrated_by_a_write_open_and_recovery_writes
         ]
         assert raw.execute("SELECT DISTINCT state FROM tool_calls") == [("resolved",)]
         assert raw.execute(CURRENT_TRIGGER) == [(True, True)]
+        assert raw.execute("SELECT schema_version FROM journal_meta") == [(SCHEMA_VERSION,)]
+
+
+TURNS_INDEX = "SELECT count(*) FROM pg_indexes WHERE indexname = 'events_turns'"
+
+
+def test_a_version_8_schema_is_read_as_it_is_and_loses_the_unused_index_on_a_writable_open(pg_dsn: str) -> None:
+    with journal.open(pg_dsn) as j:
+        j.create_session("s")
+        j.append_many("s", [("turn_start", {"turn": 1}), ("user_message", {"content": "hi"})])
+    with Raw(pg_dsn) as raw:
+        assert raw.execute(TURNS_INDEX) == [(0,)]
+        raw.execute(  # the index as versions 1 to 8 made it
+            "CREATE INDEX events_turns ON events (session_id, seq) WHERE type IN ('turn_start', 'turn_end')"
+        )
+        raw.execute("UPDATE journal_meta SET schema_version = 8")
+    with journal.open(pg_dsn, readonly=True) as j:  # read as it is: nothing is changed
+        assert [t.start_seq for t in j.scan().open_turns] == [0]
+    with Raw(pg_dsn) as raw:
+        assert raw.execute(TURNS_INDEX) == [(1,)]
         assert raw.execute("SELECT schema_version FROM journal_meta") == [(8,)]
+    with journal.open(pg_dsn) as j:
+        assert j.append("s", "turn_end", {"turn": 1, "steps": 0, "reason": "complete"}).seq == 2
+        assert j.scan().clean and j.check() == []
+    with Raw(pg_dsn) as raw:
+        assert raw.execute(TURNS_INDEX) == [(0,)]
+        assert raw.execute("SELECT schema_version FROM journal_meta") == [(SCHEMA_VERSION,)]
 
 
 def test_recoverys_batch_binds_any_text_as_it_is_on_both_backends(pg_dsn: str, tmp_path: Path) -> None:

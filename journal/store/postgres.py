@@ -81,9 +81,9 @@ from journal.store.postgres_sql import PREVIEWS_SQL as PREVIEWS_SQL
 from journal.store.target import redact, secrets
 
 APPLICATION = "journal"
-SCHEMA_VERSION = 8  # the same version as the SQLite file's: the same tables and guarantees
-# A schema of version 7 reads as version 8 does (only recovery's writes differ): a read-only
-# open reads it as it is.
+SCHEMA_VERSION = 9  # the same version as the SQLite file's: the same tables and guarantees
+# A schema of version 7 or 8 reads as version 9 does (only recovery's writes and an index
+# differ): a read-only open reads it as it is.
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
 
 
@@ -344,10 +344,12 @@ def _trigger_upgrade() -> str:
 # Each migration takes a schema from its version to the next, inside one write transaction (the
 # SQLite file's versions: 7 names the submission order ``ordinal``, state values were bytes here
 # already; 8: recovery writes a batch's rows with the row trigger off under ``journal.derived``,
-# G4 checked and the derived state written by statement, so the trigger is made again).
+# G4 checked and the derived state written by statement, so the trigger is made again; 9: the
+# index of the turn boundaries, which no statement read, goes).
 MIGRATIONS: dict[int, str] = {
     6: "ALTER TABLE submissions RENAME COLUMN rowid TO ordinal",
     7: _trigger_upgrade(),
+    8: "DROP INDEX IF EXISTS events_turns",
 }
 _READABLE_FROM = 7  # the oldest version a read-only open reads as it is
 # journal_meta as schema_pg.sql makes it: a table of that name and another shape is not a stamp.

@@ -72,7 +72,9 @@ APPLICATION_ID = 0x4A524E4C  # "JRNL"
 # 7: submissions are ordered by their own column (ordinal), not by rowid; state values are bytes
 #    (a JSON value's UTF-8 text), as on PostgreSQL.
 # 8: recovery writes the derived state of a batch of repairs by statement (derived_by_statement).
-SCHEMA_VERSION = 8
+# 9: no index of the turn boundaries (events_turns): no statement read it, and every turn event
+#    paid its entry (~80 bytes a turn on disk).
+SCHEMA_VERSION = 9
 SQLITE_HEADER = _header.SQLITE_HEADER
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
 
@@ -239,6 +241,12 @@ def _migrate_7(db: SqliteDatabase) -> None:
     db.execute(gate)
 
 
+def _migrate_8(db: SqliteDatabase) -> None:
+    """Version 8 to 9: the index of the turn boundaries goes (nothing read it). No row is read or
+    rewritten."""
+    db.execute("DROP INDEX IF EXISTS events_turns")
+
+
 def _create_derived_by_statement(db: SqliteDatabase) -> None:
     """The table as schema.sql makes it, unless a migration before made it already."""
     (create,) = [s for s in schema_statements(("TABLE",)) if s.split(None, 3)[2] == "derived_by_statement"]
@@ -254,6 +262,7 @@ MIGRATIONS: dict[int, Callable[[SqliteDatabase], None]] = {
     5: _migrate_5,
     6: _migrate_6,
     7: _migrate_7,
+    8: _migrate_8,
 }
 
 
@@ -636,13 +645,13 @@ class SqliteStore(Transactions[apsw.Connection, SqliteDatabase]):
             self._checkpoint_new_file()
 
     def _present_as_current(self, version: int) -> None:
-        """For a read-only connection to a journal older than version 8: temporary objects (in
+        """For a read-only connection to a journal older than version 7: temporary objects (in
         the connection's own temp database, never the file) that give its reads today's shape —
         submissions numbered by their rowids; before version 6, events without idempotency keys,
         no keyed state, the metas' entries listed from the sessions themselves. (A version older
         than 5 also lacks the compactions table: the transcript reads its tail by folding; a
         version-6 file's state values are JSON text, which the state part reads too.)"""
-        if version >= 7:  # version 7 differs from 8 only in how recovery writes
+        if version >= 7:  # versions 7 and 8 differ from 9 only in how recovery writes, and an index
             return
         self._conn.execute("CREATE TEMP VIEW submissions AS SELECT *, rowid AS ordinal FROM main.submissions")
         if version >= 6:
