@@ -374,8 +374,8 @@ class Results:
         data: dict[str, Any] = {"tool_call_id": call_id, "content": content}
         if name is not None:
             data["name"] = name
-        if is_error:
-            data["is_error"] = True
+        if is_error is not False:  # anything else is the codec's to refuse, as append refuses it
+            data["is_error"] = is_error
         if metadata is not None:
             data["metadata"] = metadata
         text = self._log.codec.encode("tool_result", data)

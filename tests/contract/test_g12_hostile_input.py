@@ -651,3 +651,29 @@ def test_g12_a_nul_in_text_a_backend_stores_as_text_is_refused_on_both_backends_
         call(j, s)
     assert refused.value.name == name
     assert [(x.id, x.count) for x in fresh().sessions()] == before
+
+
+@pytest.mark.parametrize("face", ["sync", "aio"])
+@pytest.mark.parametrize("flag", ["false", 0, 1, [True]], ids=repr)
+def test_g12_a_result_flagged_with_anything_but_a_boolean_is_refused_as_append_refuses_it(
+    shared, face, flag
+) -> None:
+    """``is_error="false"`` is not an error, nor is it a boolean: ``put_result`` refuses it as the
+    log does (an ``append`` of the same data), and writes nothing; it never reads it as true."""
+    db_path, j, _ = shared
+    before = _fingerprint(db_path)
+    with pytest.raises(journal.InvalidEvent) as appended:
+        j.append("s", "tool_result", {"tool_call_id": "c1", "content": "fine", "is_error": flag})
+    if face == "sync":
+        with pytest.raises(journal.InvalidEvent) as put:
+            j.put_result("s", "c1", "fine", is_error=flag)
+    else:
+
+        async def put_async() -> None:
+            async with journal.aio.open(db_path) as aj:
+                await aj.put_result("s", "c1", "fine", is_error=flag)
+
+        with pytest.raises(journal.InvalidEvent) as put:
+            asyncio.run(put_async())
+    assert put.value.field == appended.value.field == "data.is_error"
+    assert _fingerprint(db_path) == before
