@@ -220,8 +220,11 @@ class AsyncJournal(_AsyncBase):
         *,
         expected_count: int | None = None,
         state: Mapping[str, Any] | None = None,
+        owned: bool = False,
     ) -> list[Event]:
-        return await self._call(Journal.append_many, session_id, items, expected_count=expected_count, state=state)
+        return await self._call(
+            Journal.append_many, session_id, items, expected_count=expected_count, state=state, owned=owned
+        )
 
     async def set_state(self, session_id: str, values: Mapping[str, Any]) -> None:
         return await self._call(Journal.set_state, session_id, values)

@@ -206,6 +206,11 @@ class Journal:
     def durability(self) -> Durability:
         return self._store.durability
 
+    @property
+    def readonly(self) -> bool:
+        """Whether this journal was opened read-only (every write is refused)."""
+        return self._store.readonly
+
     @_declared(READ)
     def size_bytes(self) -> int:
         """What the journal takes on disk: the file and its WAL, or on a server its tables and

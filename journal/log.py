@@ -48,7 +48,7 @@ from journal.model import now_ms as now_ms
 from journal.results import call_seqs_txn, dispatch_seq_txn, result_seq_txn, same_result
 from journal.store import INSERT_EVENT, Database, EventRow, Statements, Store, UniqueViolation
 from journal.store.groupcommit import GroupCommit
-from journal.turns import open_turn_at_txn, open_turn_txn
+from journal.turns import open_turn_at_txn, open_turn_txn, own_turn_txn
 
 _SESSION_ID = re.compile(r"[\x21-\x7e]{1,256}")
 _INSERT = INSERT_EVENT  # the store's one text of it (journal.store.base)
@@ -445,6 +445,7 @@ class Log:
         *,
         expected_count: int | None = None,
         state: Mapping[str, Any] | None = None,
+        owned: bool = False,
     ) -> list[Event]:
         """Append several events in one transaction: all of them or none (G2).
 
@@ -457,7 +458,9 @@ class Log:
 
         ``expected_count``: write only if the session holds exactly that many events (else
         ``CountMismatch``, nothing written). ``state``: keyed state written in the same
-        transaction (``set_state``), dated after the batch's events."""
+        transaction (``set_state``), dated after the batch's events. ``owned``: a turn the batch
+        opens is driven by this process, recorded as the turn API records it (its owner), so
+        another process's recovery leaves it alone while this one lives, and closes it once it is gone."""
         check_text("session_id", session_id)
         encoded: list[tuple[str, str, str | None]] = []
         copies: list[dict[str, Any]] = []
@@ -483,6 +486,10 @@ class Log:
                 raise CountMismatch(session_id, expected_count, first)
             db.next_seqs[session_id] = first  # read under the write lock: the items need not read it again
             out = self._append_items_txn(db, session_id, encoded, copies, time_ms)
+            if owned:
+                for event in out:
+                    if event.type == "turn_start" and not event.existing:
+                        own_turn_txn(db, session_id, event.seq)
             if values is not None:
                 _state.write_txn(db, session_id, next_seq_in_txn(db, session_id), values)
         return out

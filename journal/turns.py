@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 TURN_COLUMNS = (
     "session_id, start_seq, turn, phase, attempt, revision, checkpoint_seq, tool_request, "
-    "stream_key, steps, step_open, submission_id, end_seq, end_reason"
+    "stream_key, steps, step_open, submission_id, end_seq, end_reason, owner"
 )
 
 
@@ -52,6 +52,9 @@ class TurnState:
     submission_id: str | None
     end_seq: int | None
     end_reason: str | None
+    # The process driving the turn (``host:pid:process-start-time``): the turn API's, a claim's,
+    # or ``append_many(owned=True)``'s; ``None`` for a turn opened by a plain append.
+    owner: str | None = None
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> TurnState:
@@ -81,6 +84,15 @@ def turn_row_txn(db: Database, session_id: str, start_seq: int, *, open_only: bo
     """The turn journal row of the turn started at ``start_seq`` (only if still open)."""
     row = db.one(_turn_row_sql(open_only=open_only), (session_id, start_seq))
     return None if row is None else TurnState.from_row(row)
+
+
+def own_turn_txn(db: Database, session_id: str, start_seq: int) -> None:
+    """Record this process as the driver of the turn started at ``start_seq`` (inside the
+    caller's transaction, as the turn API does when it opens one)."""
+    db.execute(
+        "UPDATE turn_journal SET owner = ? WHERE session_id = ? AND start_seq = ?",
+        (lease_owner(), session_id, start_seq),
+    )
 
 
 def open_turn_txn(db: Database, session_id: str) -> int | None:

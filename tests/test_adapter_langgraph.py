@@ -306,13 +306,18 @@ def test_g6_g9_after_a_kill_inside_a_tool_repair_answers_the_call_and_the_next_r
         saver.copy_thread("t1", "copy")  # a thread with an open turn is copied before that turn
         assert j.turn_state("copy") is None
         copied = saver.get_tuple({"configurable": {"thread_id": "copy", "checkpoint_ns": ""}})
-        assert copied is not None and copied.checkpoint["id"] == saver.get_tuple(THREAD).checkpoint["id"]
+        assert j.scan().open_turns  # a copy's head is not the dead run's thread: nothing recovered
+        head = saver.get_tuple(THREAD)
+        assert copied is not None and head is not None and copied.checkpoint["id"] == head.checkpoint["id"]
+        # Reading the thread's head recovered the turn its dead process left open (the owner the
+        # saver recorded is gone): the read, and so the next run, has every call answered.
+        assert {e.type for e in j.events("t1")[-3:]} == {"tool_result", "turn_end"} and j.scan().clean
 
         graph, model = build_agent(saver, str(ledger.path))  # this process's tool would not die
         repaired = repair(graph, THREAD)
         assert {m.tool_call_id for m in repaired.added} == calls and repaired.unanswered == ()
         assert all("MAY have run" in m.content and m.status == "error" for m in repaired.added)
-        assert {e.type for e in repaired.recovered} == {"tool_result", "turn_end"}
+        assert repaired.recovered == ()  # the read above ran the recovery
         assert j.scan().clean
         again = repair(graph, THREAD)  # idempotent: nothing is owed any more
         assert again.added == () and again.recovered == ()
@@ -331,12 +336,18 @@ def test_g6_g9_after_a_kill_inside_a_tool_repair_answers_the_call_and_the_next_r
         assert j.scan().clean and j.check() == [] and j.integrity_check() == ["ok"]
     assert [e["cents"] for e in ledger.entries()] == paid  # G9: not run again
 
-    # The control: without repair, LangGraph resumes at the tool node and pays again.
+    # Without repair, a plain resume: LangGraph would run the pending tool node again (pay twice)
+    # on the stored head; the saver's head read recovers the dead run's turn first, so the model
+    # is told each call MAY have run and nothing is paid again.
     control = Ledger(tmp_path / "control-ledger")
     with JournalSaver(tmp_path / "control.db") as saver:
-        graph, _ = build_agent(saver, str(control.path))
-        graph.invoke(None, THREAD, durability="sync")
-    assert sorted(e["cents"] for e in control.entries()) == [100, 4200]
+        graph, model = build_agent(saver, str(control.path))
+        out = graph.invoke(None, THREAD, durability="sync")
+        (seen,) = model.inputs
+        assert {m.tool_call_id for m in seen if m.type == "tool"} == calls
+        assert all("MAY have run" in m.content for m in seen if m.type == "tool")
+        assert out["messages"][-1].content.startswith("done: The call") and saver.journal.scan().clean
+    assert control.entries() == []
 
 
 # -- two processes writing the same task ------------------------------------------------------------------

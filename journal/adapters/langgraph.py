@@ -48,7 +48,11 @@ themselves (LangGraph drops pending writes when new input arrives), and the pend
 task reads as finished, going back to the node that asked. So ``get_state`` right after
 ``journal recover`` shows the call answered, ``graph.invoke(None)`` goes on to the model without
 running the tool again, and ``graph.invoke(new input)`` hands the model an answered transcript.
-Older checkpoints read as stored. ``repair(graph, config)`` runs the recovery and stores that
+Older checkpoints read as stored. With nothing run first, the head's read itself recovers the
+thread's turn when the process that drove it is gone (the saver records its process as the turn's
+owner; a live one's turn, or another host's, is left alone): ``graph.invoke(None)`` or a new input
+right after a crash is answered the same way, never a second run of the tool.
+``repair(graph, config)`` runs the recovery and stores that
 projected head as a real checkpoint, through the graph (``update_state`` as its ``ToolNode``, so
 the graph's own edges say what runs next); it is idempotent and builds on exactly the head it read.
 
@@ -122,6 +126,7 @@ from journal.adapters import langgraph_delta as delta
 from journal.adapters import langgraph_projection as projection
 from journal.adapters.repaired import Repaired
 from journal.errors import ToolNodeNotFound
+from journal.owners import owner_is_dead
 
 __all__ = ["JournalSaver", "Repaired", "ToolNodeNotFound", "arepair", "repair", "session_id_for"]
 
@@ -388,13 +393,31 @@ class JournalSaver(BaseCheckpointSaver[str]):
         self._known.add(session_id)
 
     def _append(self, session_id: str, thread_id: str, items: list[Any], state: dict[str, Any]) -> list[journal.Event]:
+        # owned: a turn this put opens is driven by this process, so a read after it died knows
+        # a crash left it (``_recover_dead``) and recovery leaves it alone while it lives.
         self._ensure(session_id, thread_id)
         try:
-            return self.journal.append_many(session_id, items, state=state or None)
+            return self.journal.append_many(session_id, items, state=state or None, owned=True)
         except journal.SessionNotFound:  # deleted by another saver since: a new thread
             self._known.discard(session_id)
             self._ensure(session_id, thread_id)
-            return self.journal.append_many(session_id, items, state=state or None)
+            return self.journal.append_many(session_id, items, state=state or None, owned=True)
+
+    def _recover_dead(self, session_id: str) -> None:
+        """Recover the thread's open turn when the process that drove it is gone (a crash), before
+        its head is read: the read — and so ``invoke(None)`` or a new input — then shows each call
+        it dispatched answered (MAY have run) instead of running the tool again or handing the
+        model an unanswered call. A turn of a live process, or of another host, is left alone;
+        a turn with no recorded owner (an older saver's) too: ``repair`` or ``journal recover``
+        answer it."""
+        if self.journal.readonly:
+            return
+        try:
+            open_turn = self.journal.turn_state(session_id)
+        except journal.SessionNotFound:
+            return
+        if open_turn is not None and owner_is_dead(open_turn.owner):
+            self.journal.recover(session_id)
 
     def _threads(self) -> Iterator[tuple[str, str]]:
         """Every LangGraph thread of the file, as ``(thread id, session id)``."""
@@ -488,6 +511,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
         thread_id, ns = str(configurable["thread_id"]), configurable.get("checkpoint_ns", "")
         wanted = get_checkpoint_id(config)
         session_id = session_id_for(thread_id)
+        if wanted is None and ns == "":
+            self._recover_dead(session_id)  # the head, what the next run builds on
         try:
             hidden = self._hidden(session_id)
             history = _History(self.journal, session_id)

@@ -655,9 +655,7 @@ def test_g12_a_nul_in_text_a_backend_stores_as_text_is_refused_on_both_backends_
 
 @pytest.mark.parametrize("face", ["sync", "aio"])
 @pytest.mark.parametrize("flag", ["false", 0, 1, [True]], ids=repr)
-def test_g12_a_result_flagged_with_anything_but_a_boolean_is_refused_as_append_refuses_it(
-    shared, face, flag
-) -> None:
+def test_g12_a_result_flagged_with_anything_but_a_boolean_is_refused_as_append_refuses_it(shared, face, flag) -> None:
     """``is_error="false"`` is not an error, nor is it a boolean: ``put_result`` refuses it as the
     log does (an ``append`` of the same data), and writes nothing; it never reads it as true."""
     db_path, j, _ = shared

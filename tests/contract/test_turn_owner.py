@@ -117,3 +117,53 @@ def test_a_claimed_turn_is_held_while_its_lease_holds(j: journal.Journal) -> Non
     results = {r.session_id: r for r in j.recover()}
     assert results[s].live_owner == "another-host:1:1" and results[other].live_owner is None
     assert results[other].appended and claim.attempt == 1
+
+
+BATCH_DRIVER = """
+import sys, time, journal
+with journal.open(sys.argv[1]) as j:
+    s = j.create_session("mirrored").id
+    j.append_many(s, [
+        ("turn_start", {"turn": 1}, "ts-1"),
+        ("assistant_message", {"content": "", "tool_calls": [{"id": "pay-1", "name": "pay", "arguments": {}}]}),
+        ("tool_call", {"id": "pay-1", "name": "pay"}),
+    ], owned=True)  # as an adapter mirrors a framework's turn: this process drives it
+    print(journal.owners.lease_owner(), flush=True)
+    time.sleep(120)
+"""
+
+
+def test_g8_a_turn_a_batch_opened_as_owned_is_held_while_its_process_lives_and_recovered_once_it_dies(
+    db_path: Path,
+) -> None:
+    child = python_child(BATCH_DRIVER, str(db_path))
+    try:
+        owner = child.stdout.readline().strip()
+        assert owner, child.stderr.read()
+        with journal.open(db_path) as j:
+            state = j.turn_state("mirrored")
+            assert state is not None and state.owner == owner
+            (turn,) = j.scan().open_turns
+            assert (turn.owner, turn.held) == (owner, True)
+            (result,) = j.recover()
+            assert result.live_owner == owner and result.appended == ()
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+        with journal.open(db_path) as j:
+            (result,) = j.recover()
+            assert [e.type for e in result.appended] == ["tool_result", "turn_end"] and j.scan().clean
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.communicate(timeout=30)
+
+
+def test_a_batch_records_an_owner_only_when_asked_and_only_for_a_turn_it_opens(j: journal.Journal) -> None:
+    s = j.create_session("s").id
+    j.append_many(s, [("turn_start", {"turn": 1}, "ts-1")])
+    assert j.turn_state(s).owner is None  # a plain batch, as a plain append: no owner
+    again = j.append_many(s, [("turn_start", {"turn": 1}, "ts-1")], owned=True)
+    assert again[0].existing and j.turn_state(s).owner is None  # not its turn: the stored one's
+    j.append(s, "turn_end", {"turn": 1, "steps": 0, "reason": "complete"})
+    j.append_many(s, [("user_message", {"content": "hi"}), ("turn_start", {"turn": 2})], owned=True)
+    assert j.turn_state(s).owner == lease_owner() and j.turn_state(s).turn == 2
