@@ -588,3 +588,28 @@ def test_a_list_version_is_stored_as_the_tail_of_a_stored_one_only_when_it_exten
         rebuilt = delta.rebuild(count, serde.dumps_typed(before)[1], [tail])
         assert serde.loads_typed(("msgpack", rebuilt)) == after
     assert delta.extend(None, "v", "json", b"[]") == (None, None)  # another encoding: not split
+
+
+def test_g9_repair_of_an_async_crash_whose_tool_write_has_no_id_hands_over_one_answer_per_call(
+    tmp_path: Path,
+) -> None:
+    """A thread killed under ``durability="async"`` in the model call after the tool returned
+    (a real crash's export, cut there): its head holds the AIMessage and, as the tool node's
+    stored write, a ``ToolMessage`` without an id. ``repair`` builds on the head, whose pending
+    write LangGraph applies itself: handing the answer over again made it two ``ToolMessage``s
+    for the one call (``add_messages`` matches ids, and these had none)."""
+    from journal.transfer import import_lines
+
+    lines = (Path(__file__).parent / "data" / "langgraph_async_crash.jsonl").read_text(encoding="utf-8").splitlines()
+    with JournalSaver(tmp_path / "j.db") as saver:
+        import_lines(saver.journal, lines)
+        config = {"configurable": {"thread_id": "order-9"}}
+        graph, model = build_agent(saver, str(tmp_path / "ledger"))
+        done = repair(graph, config)
+        assert [m.tool_call_id for m in done.added] == ["pay-1"] and done.unanswered == ()
+        graph.invoke({"messages": [HumanMessage("did it go through?")]}, config, durability="sync")
+        seen = model.inputs[0]
+        assert [(m.type, getattr(m, "tool_call_id", None)) for m in seen] == [
+            ("human", None), ("ai", None), ("tool", "pay-1"), ("human", None)
+        ]  # fmt: skip
+        assert seen[2].content == "paid 4200 cents"  # the tool's own result, stored before the kill

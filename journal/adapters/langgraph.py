@@ -989,8 +989,14 @@ def repair(graph: Any, config: RunnableConfig, *, force: bool = False, tools_nod
         # it never heard of under durability="async"): shown as it is, never invented here.
         return Repaired(session_id, result.appended, unanswered=unanswered)
     # Built on that very head (its config names it): the checkpoint the next step builds on
-    # holds the answers, whatever the pending writes say.
-    graph.update_state(head.config, {channel: added}, as_node=_tool_node(graph, head, tools_node))
+    # holds the answers, whatever the pending writes say. An answer that is the tool node's own
+    # stored write is applied by LangGraph from the pending writes: handed over again it would be
+    # a second ToolMessage for the call when the stored one has no id (add_messages matches ids).
+    stored = {
+        m.tool_call_id for _task, ch, value in head.pending_writes or [] if ch == channel for m in _tool_messages(value)
+    }
+    fresh = [m for m in added if m.tool_call_id not in stored]
+    graph.update_state(head.config, {channel: fresh}, as_node=_tool_node(graph, head, tools_node))
     return Repaired(session_id, result.appended, added=tuple(added), unanswered=unanswered)
 
 
