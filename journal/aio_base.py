@@ -93,6 +93,13 @@ class _AsyncBase:
         return self._writer.journal.durability
 
     @property
+    def readonly(self) -> bool:
+        """Whether the journal was opened read-only (every write is refused)."""
+        if self._writer.journal is None:
+            raise JournalClosed()
+        return self._writer.journal.readonly
+
+    @property
     def commits(self) -> int:
         """How many batches the writer has committed (each one fsync under ``"full"``)."""
         return self._writer.commits

@@ -766,11 +766,8 @@ def test_g9_killed_right_after_a_payment_the_repaired_session_never_pays_twice(t
         assert pending == ([("bot-1", "pay-1")] if point == "in_tool" else [])
 
     session = JournalSession("bot-1", db)
-    assert run(session.get_items()) == [
-        {"content": "Pay the 42 euro invoice.", "role": "user"}
-    ]  # the runner saved no call, and no recovery ran yet: the turn is still open
-    fixed = repair(session)
-    assert fixed.added == () and fixed.unanswered == ()  # the items project what recovery wrote
+    # The runner saved no call and no recovery ran yet, but the killed process is gone: the read
+    # recovers the turn it left open first, and the items project what that recovery wrote.
     _, call, answer = run(session.get_items())
     assert [call["type"], answer["type"]] == ["function_call", "function_call_output"]
     assert call["call_id"] == answer["call_id"] == "pay-1"
@@ -778,11 +775,13 @@ def test_g9_killed_right_after_a_payment_the_repaired_session_never_pays_twice(t
     output = answer["output"]
     if point == "in_tool":
         assert "MAY have run" in output and "verify before retrying" in output
-        synthetic = [e for e in fixed.recovered if e.type == "tool_result"]
+        with journal.open(db, readonly=True) as j:
+            synthetic = [e for e in j.events("bot-1", types=["tool_result"])]
         assert synthetic[0].data["metadata"]["risk"] == "tool_outcome_unknown"
     else:
         assert output == "paid 4200 cents"  # the real result, recorded before the kill
-    assert repair(session).recovered == ()  # idempotent
+    fixed = repair(session)  # nothing left to do, and it says so
+    assert (fixed.recovered, fixed.added, fixed.unanswered) == ((), (), ())
 
     model = ScriptedModel(cashier)
     result = run(journal_run(make_agent(model, ledger.path), "Did the payment go through?", session=session))

@@ -158,28 +158,58 @@ def test_g9_any_recovery_then_any_run_pays_once_and_shows_the_model_an_answered_
         assert j.scan().clean and j.check() == []
 
 
-def test_a_plain_run_after_a_crash_is_refused_naming_repair_and_a_late_repair_keeps_the_order(
-    target: str, tmp_path: Path
+@pytest.mark.parametrize("hooks", [True, False], ids=["with-hooks", "without-hooks"])
+def test_a_plain_run_right_after_a_crash_reads_the_dead_runs_call_answered_and_pays_nothing_twice(
+    target: str, tmp_path: Path, hooks: bool
 ) -> None:
-    """``Runner.run`` with the hooks and no recovery: refused at the agent's start (the runner
-    has read the items by then) with an error naming ``repair``. Its input was saved; the call
-    that ``repair`` answers afterwards still stands before that input."""
+    """``Runner.run`` with no recovery first, with the session's hooks or without them: the
+    runner's read of the items recovers the turn the killed process left open (its owner is
+    gone), so the model is handed the call answered -- MAY have run -- before the new input, and
+    nothing is paid again; ``repair`` afterwards has nothing to do."""
     ledger = Ledger(tmp_path / "ledger.jsonl")
     _killed_run(target, ledger, "after_effect")
+    model = ScriptedModel(cashier)
+    session = JournalSession("bot-1", target)
+    extra = {"hooks": session.run_hooks()} if hooks else {}
+    result = asyncio.run(Runner.run(_cashier(ledger, model), SECOND, session=session, **extra))
+    assert result.final_output.startswith("Not paying again") and ledger.count(call="pay") == 1
+    first = model.inputs[0]
+    assert [i.get("role") or i["type"] for i in first] == ["user", "function_call", "function_call_output", "user"]
+    assert "MAY have run" in _answered(first)["pay-1"]
+    assert all(orphans(sent) == [] for sent in model.inputs)
+    done = repair(session)
+    assert (done.recovered, done.added, done.unanswered) == ((), (), ())
+    session.close()
+    with journal.open(target, readonly=True) as j:
+        assert j.scan().clean and j.check() == []
+
+
+def test_a_run_refused_on_a_turn_this_process_left_open_names_repair_and_a_late_repair_keeps_the_order(
+    target: str, tmp_path: Path
+) -> None:
+    """A turn whose owner is alive -- here this very process, whose earlier run's hooks left it
+    open -- is not a crash to recover on a read: ``Runner.run`` with new hooks is refused at the
+    agent's start (the runner has read the items by then) with an error naming ``repair``. Its
+    input was saved; the call that ``repair`` answers afterwards still stands before it."""
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    with journal.open(target) as j:
+        j.create_session("bot-1", meta={"adapter": "openai-agents", "session_id": "bot-1"})
+        turn = j.turn_start("bot-1")
+        turn.step_start()
+        turn.assistant("", tool_calls=[{"id": "pay-1", "name": "pay", "arguments": {"cents": 4200}}])
+        turn.dispatch("pay-1")
     model = ScriptedModel(cashier)
     session = JournalSession("bot-1", target)
     with pytest.raises(journal.OpenTurnError, match=r"repair\(session\)"):
         asyncio.run(Runner.run(_cashier(ledger, model), SECOND, session=session, hooks=session.run_hooks()))
     assert model.inputs == []  # refused before the model was asked
-    assert asyncio.run(session.get_items()) == [{"role": "user", "content": FIRST}, {"role": "user", "content": SECOND}]
     done = repair(session)
-    assert [e.type for e in done.recovered] == ["tool_result", "turn_end"] and done.added == ()
+    assert [e.type for e in done.recovered] == ["tool_result", "turn_end"]
     assert repair(session).recovered == ()  # idempotent
-    items = asyncio.run(session.get_items())
-    assert [i.get("role") or i["type"] for i in items] == ["user", "function_call", "function_call_output", "user"]
     result = asyncio.run(journal_run(_cashier(ledger, model), SECOND, session=session))
     session.close()
-    assert result.final_output.startswith("Not paying again") and ledger.count(call="pay") == 1
+    assert ledger.count(call="pay") == 0 and all(orphans(sent) == [] for sent in model.inputs)
+    assert result.final_output
 
 
 def test_arepair_and_a_recovery_by_any_face_agree_and_append_once(target: str, tmp_path: Path) -> None:

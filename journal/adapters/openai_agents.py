@@ -67,11 +67,14 @@ asked for the call is never lost while its dispatch is kept; a power cut can tak
 result, the items saved after it, a plain answer and the turn's end, and recovery then says the
 call MAY have run -- never that it did not.
 
-After a crash. ``journal_run`` calls ``arepair`` before every run. With ``Runner.run`` and the
-hooks, call ``repair(session)`` (sync) or ``await arepair(session)`` first -- or have any other
-recovery run (``journal recover``): a run whose turn a crash left open is refused at its start
-with ``OpenTurnError`` naming ``repair``, because the runner has read the items for the model by
-then. ``repair`` runs the journal's recovery for the session and returns a ``Repaired``
+After a crash. ``journal_run`` calls ``arepair`` before every run. A plain ``Runner.run`` (with
+the hooks or without) needs nothing first when the process that drove the open turn is gone:
+``get_items`` recovers that turn before it reads, so the items handed to the model show each
+call answered. A turn whose owner may still be alive (another host's, or this process's own
+earlier run) is not recovered by a read: a run with the hooks is then refused at its start with
+``OpenTurnError`` naming ``repair`` -- call ``repair(session)`` (sync) or ``await
+arepair(session)``, or have any other recovery run (``journal recover``). ``repair`` runs the
+journal's recovery for the session and returns a ``Repaired``
 (``journal.adapters.repaired``): what recovery appended, the calls still unanswered, or the live
 process that holds the turn (then nothing is done unless ``force=True``).
 
@@ -171,6 +174,7 @@ from journal.errors import (
     WrongLoop,
 )
 from journal.model import Event
+from journal.owners import owner_is_dead
 
 __all__ = [
     "CLEAR",
@@ -287,12 +291,24 @@ class JournalSession:
         if wanted == 0:
             return []
         try:
+            hooks = self._hooks
+            if hooks is None or hooks._turn is None:  # no run of these hooks is going on
+                await self._recover_dead()
             if wanted is None or wanted < 0:  # every item: the common read, kept as cheap as a fold
                 return await self._call.run(self._all_items)
             view = await self._view(wanted)
         except SessionNotFound:
             return []
         return [shown.item for shown in view]
+
+    async def _recover_dead(self) -> None:
+        """Recover the session's open turn when the process that drove it is gone (a crash), so
+        the items read next — by any run, with the hooks or without — show each call it dispatched
+        answered (MAY have run) instead of hiding it. A live process's turn, another host's, or
+        one with no recorded owner is left alone (``repair`` answers it)."""
+        open_turn = await self._call("turn_state", self.journal_id)
+        if open_turn is not None and owner_is_dead(open_turn.owner) and not self.journal.readonly:
+            await self._call("recover", self.journal_id)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items, each stored once with its typed events, in one transaction (durable
