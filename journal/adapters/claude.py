@@ -71,9 +71,11 @@ What it guarantees:
   it), with a uuid derived from the session and the call, so every read shows the same entry and
   the same entry written back by Claude is stored once. A resume from the store then sends no
   orphan ``tool_use`` (no provider 400) and nothing re-runs the tool, whichever recovery ran and
-  however often. Call ``repair`` (or ``arepair``) before resuming a session that may have
-  crashed: it is idempotent and returns a ``Repaired``; a new prompt appended while the journal
-  still owes a call is logged as a warning naming it.
+  however often. With no recovery run first, ``load`` recovers a turn whose process is gone
+  (the store records the process that drives a turn) before it reads; a turn whose owner may be
+  alive, or that records none, waits for ``repair`` (or ``arepair``): idempotent, it returns a
+  ``Repaired``. A new prompt appended while the journal still owes a call is logged as a warning
+  naming it.
 
 What it cannot guarantee:
 
@@ -152,6 +154,7 @@ from journal.errors import (
 )
 from journal.escape import escape
 from journal.model import Event, Session
+from journal.owners import owner_is_dead
 
 __all__ = [
     "ENTRY",
@@ -691,7 +694,11 @@ class JournalSessionStore(SessionStore):
                 return True  # every entry is stored already
             state = self._summary(sid, key, plan.fresh) if not key.get("subpath") else None
             try:
-                written = self._journal.append_many(sid, plan.items, expected_count=tracker.seen, state=state)
+                # owned: a turn these entries open is this process's, so a load after it died
+                # recovers it (``_recover_dead``) while another process's recovery leaves it be.
+                written = self._journal.append_many(
+                    sid, plan.items, expected_count=tracker.seen, state=state, owned=True
+                )
             except (CountMismatch, SessionNotFound) as exc:
                 # Another writer (or a purge) came first: read what it did, plan again.
                 log.debug("claude adapter: %s moved under the plan (%s): planning again", sid, type(exc).__name__)
@@ -724,12 +731,24 @@ class JournalSessionStore(SessionStore):
         sid = journal_session_id(key)
         try:
             _check_owner(sid, self._journal.session(sid), key)
+            self._recover_dead(sid)
             entries = entries_of(self._journal, sid)
         except SessionNotFound:
             return None
         if not entries:
             return None
         return cast("list[SessionStoreEntry]", project(sid, entries, self._results(sid, owed_calls(entries))))
+
+    def _recover_dead(self, sid: str) -> None:
+        """Recover the session's open turn when the process that drove it is gone (a crash), so a
+        resume from this load -- with a new prompt or without, repaired or not -- shows each call
+        it owes answered (MAY have run) instead of an orphan ``tool_use``. A live process's turn,
+        another host's, or one with no recorded owner is left alone (``repair`` answers it)."""
+        if self._journal.readonly:
+            return
+        open_turn = self._journal.turn_state(sid)
+        if open_turn is not None and owner_is_dead(open_turn.owner):
+            self._journal.recover(sid)
 
     def _results(self, sid: str, calls: list[str]) -> dict[str, Event]:
         """The typed results of these calls (read only when some call is owed: a transcript
