@@ -148,12 +148,16 @@ def check_text(name: str, value: object) -> str:
     """``value`` if it is a ``str`` of valid Unicode text; else ``InvalidArgument`` naming ``name``.
 
     The one check of every key and id a caller passes (a session, submission or tool call id,
-    an idempotency, state or stream key): a lone surrogate encodes in Python but not as UTF-8,
-    so a driver would refuse it mid-transaction; it is refused here, before anything is written."""
+    an idempotency, state or stream key, a filter of them): a lone surrogate encodes in Python
+    but not as UTF-8, so a driver would refuse it mid-transaction; it is refused here, before
+    anything is written or read. So is a NUL: PostgreSQL's text cannot hold one, so no key or id
+    holds one on either backend, and a read that names one is refused the same way on both."""
     if not isinstance(value, str):
         raise InvalidArgument(name, f"must be a string, not {type(value).__name__}")
     if not value.isascii() and _SURROGATE.search(value):
         raise lone_surrogate(name, value)
+    if "\0" in value:
+        raise InvalidArgument(name, f"{short_repr(value)} holds a NUL character (PostgreSQL text cannot hold one)")
     return value
 
 
@@ -163,10 +167,7 @@ def check_id(name: str, value: object, limit: int) -> str:
     ``MAX_CALL_ID``, ``MAX_STREAM_KEY``): what one backend accepts, the other does too."""
     if not isinstance(value, str) or not 1 <= len(value) <= limit:
         raise InvalidArgument(name, f"must be a string of 1 to {limit} characters, not {short_repr(value)}")
-    check_text(name, value)
-    if "\0" in value:
-        raise InvalidArgument(name, f"{short_repr(value)} holds a NUL character (PostgreSQL text cannot hold one)")
-    return value
+    return check_text(name, value)
 
 
 def check_stored_text(name: str, value: object) -> str:
@@ -174,10 +175,7 @@ def check_stored_text(name: str, value: object) -> str:
     naming ``name``. For a caller's text that a backend keeps in a text column as it is (a stream
     chunk, a lease owner, a meta key or value): PostgreSQL's text cannot hold a NUL, so neither
     backend takes one, and a file always moves to a server (DESIGN §16)."""
-    check_text(name, value)
-    if "\0" in value:  # type: ignore[operator]  # check_text made it a str
-        raise InvalidArgument(name, f"{short_repr(value)} holds a NUL character (PostgreSQL text cannot hold one)")
-    return value  # type: ignore[return-value]
+    return check_text(name, value)
 
 
 def _meta_nul(value: Any, where: str) -> None:

@@ -675,3 +675,25 @@ def test_g12_a_result_flagged_with_anything_but_a_boolean_is_refused_as_append_r
             asyncio.run(put_async())
     assert put.value.field == appended.value.field == "data.is_error"
     assert _fingerprint(db_path) == before
+
+
+@pytest.mark.parametrize(
+    "read, name",
+    [
+        (lambda j: j.events("s\0"), "session_id"),
+        (lambda j: j.check("s\0"), "session_id"),
+        (lambda j: j.messages("s\0"), "session_id"),
+        (lambda j: j.sessions(prefix="\0"), "prefix"),
+        (lambda j: j.sessions(after="s\0"), "after"),
+        (lambda j: j.sessions(meta={"k\0": "v"}), "meta"),
+        (lambda j: j.state("s", keys=["\0"]), "keys"),
+    ],
+    ids=["events", "check", "messages", "prefix", "after", "meta-key", "state-keys"],
+)
+def test_g12_a_read_naming_a_key_or_id_with_a_nul_is_refused_alike_on_both_backends(shared, read, name) -> None:
+    """No key or id holds a NUL (PostgreSQL's text cannot): a read that names one is refused
+    with the same ``InvalidArgument`` on both backends, before anything is read."""
+    _, j, _ = shared
+    with pytest.raises(journal.InvalidArgument) as refused:
+        read(j)
+    assert refused.value.name == name and "NUL" in str(refused.value)
