@@ -425,6 +425,8 @@ def test_the_aggregated_page_draws_its_lanes_with_links_to_their_own_timelines(d
         ("/sessions/crashed/timeline?since=-1", 400),
         ("/sessions/crashed/timeline?until=x", 400),
         ("/api/sessions/crashed/timeline?since=1&since=2", 400),
+        ("/api/sessions/crashed/timeline?since=5&until=2", 400),
+        ("/sessions/crashed/timeline?since=5&until=2", 400),
         ("/sessions/crashed/timeline/more", 404),
     ],
 )

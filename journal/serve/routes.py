@@ -130,7 +130,7 @@ async def _api(viewer: Reader, path: str, query: dict[str, str], *, head: bool) 
         raise HttpError(404, "no such API path")
     session_id = _session_id(found.group(1))
     if found.group(2) == "/timeline":
-        since, until = _int(query, "since"), _int(query, "until")
+        since, until = _span(query)
         return _json(await viewer.read(lambda j: api.timeline(j, session_id, since=since, until=until)))
     if found.group(2) == "/forks":
         after = query.get("after") or None
@@ -249,7 +249,7 @@ def _events(previews: list[Preview]) -> list[Any]:
 def _timeline_page(viewer: Reader, j: Journal, session_id: str, query: dict[str, str]) -> str:
     """The session's timeline (``journal.serve.timeline``: one pass of previews over the window
     ``?since=`` … ``?until=``, at most ``timeline.WINDOW_MAX`` events, by default the last)."""
-    since, until = _int(query, "since"), _int(query, "until")
+    since, until = _span(query)
     drawn = timeline(j, session_id, since=since, until=until)
     s = drawn.session
     header = pages.session_header(s, fork_tree(j, s), "timeline")
@@ -381,6 +381,14 @@ def _query(raw: bytes) -> dict[str, str]:
             raise HttpError(400, f"{key} given twice")
         out[key] = value
     return out
+
+
+def _span(query: dict[str, str]) -> tuple[int | None, int | None]:
+    """``?since=`` and ``?until=``: a window of events, ``until`` not before ``since``."""
+    since, until = _int(query, "since"), _int(query, "until")
+    if since is not None and until is not None and until < since:
+        raise HttpError(400, f"until: expected an integer from since ({since}) on, not {until}")
+    return since, until
 
 
 def _int(
