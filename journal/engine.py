@@ -253,7 +253,7 @@ def _kinds() -> Mapping[str, Kind]:
 
 
 # Every public method of ``Journal`` and its kind, read from the declarations above: the one
-# table the async face and its tests read (``path``, ``durability`` and ``close`` are the file's).
+# table the async face and its tests read (``path``, ``durability``, ``readonly`` and ``close`` are the file's).
 KINDS: Mapping[str, Kind] = _kinds()
 
 

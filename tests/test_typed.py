@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "journal"
 
 # The public names of ``Journal`` that are the file's, not calls with a twin of their kind: the
-# async face has its own ``path``, ``durability`` and ``close``.
-THE_FILES = {"path", "durability", "close"}
+# async face has its own ``path``, ``durability``, ``readonly`` and ``close``.
+THE_FILES = {"path", "durability", "readonly", "close"}
 # A twin takes the async handles where its method takes the sync ones...
 WIDER = {"Turn": "Turn | AsyncTurn", "Claim": "Claim | AsyncClaim", "Turn | None": "Turn | AsyncTurn | None"}
 # ... and gives them back (``turn`` and ``dispatch`` are also entered with ``async with``).

@@ -267,9 +267,15 @@ MIGRATIONS: dict[int, Callable[[SqliteDatabase], None]] = {
 
 
 def _translate(
-    exc: BaseException, operation: str, *, outcome: WriteOutcome, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+    exc: BaseException,
+    operation: str,
+    *,
+    outcome: WriteOutcome,
+    path: str,
+    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
 ) -> JournalError:
-    """A driver error as the library's error; ``outcome`` is what is known of the write."""
+    """A driver error as the library's error; ``outcome`` is what is known of the write, ``path``
+    the file's (a damaged file is named)."""
     if isinstance(exc, (apsw.BusyError, apsw.LockedError)):
         return JournalBusy(busy_timeout_ms)
     if isinstance(exc, apsw.FullError):
@@ -277,7 +283,7 @@ def _translate(
     if isinstance(exc, (apsw.IOError, apsw.CantOpenError, apsw.ReadOnlyError)):
         return JournalIOError(operation, outcome, str(exc))
     if isinstance(exc, (apsw.CorruptError, apsw.NotADBError)):
-        return CorruptJournal(operation, str(exc))
+        return CorruptJournal(path, f"{exc} during {operation}; `journal check` lists the damage")
     if isinstance(exc, apsw.ConnectionClosedError):
         return JournalClosed()
     if isinstance(exc, apsw.ConstraintError):
@@ -305,6 +311,20 @@ def _unbindable(exc: BaseException) -> InvalidArgument:
     return InvalidArgument("argument", "an integer is outside SQLite's signed 64-bit range")
 
 
+def _rows(cursor: apsw.Cursor, path: str) -> Iterator[tuple[Any, ...]]:
+    """The rows of ``cursor``; a stored text that is not UTF-8 (bytes damaged on disk: apsw
+    decodes each TEXT column while stepping, and raises the codec's error) is ``CorruptJournal``.
+
+    Every row any part reads comes through here (``SqliteDatabase``), so every face (the API,
+    the async one, the CLI, the viewer) gets the typed error, and nothing was written by it."""
+    try:
+        yield from cursor
+    except UnicodeDecodeError as exc:
+        raise CorruptJournal(
+            path, "a row cannot be read back (a stored text is not UTF-8); `journal check` lists the damage"
+        ) from exc
+
+
 def _close_quietly(conn: apsw.Connection) -> None:
     """Close a connection whose disk may be failing (apsw closes it even when close raises)."""
     try:
@@ -320,7 +340,7 @@ class SqliteDatabase:
     event gets; the store keeps them once the transaction has committed (``Store.next_seqs``).
     """
 
-    __slots__ = ("_conn", "next_seqs")
+    __slots__ = ("_conn", "_path", "next_seqs")
     dialect = "sqlite"
     sql = STATEMENTS  # the statements whose text is SQLite's own (journal.store.statements)
     # The trigger's sub-program and the plan's statements cost about the same up to 56 deriving
@@ -328,15 +348,18 @@ class SqliteDatabase:
     # durability (Dec 2, append_many of whole turns).
     plan_derived_from = 84
 
-    def __init__(self, conn: apsw.Connection) -> None:
+    def __init__(self, conn: apsw.Connection, path: str) -> None:
         self._conn = conn
+        self._path = path  # the file a damaged row is reported in
         self.next_seqs: dict[str, int] = {}
 
-    def execute(self, sql: str, bindings: Any = None) -> apsw.Cursor:
-        """Run one statement; the schema's refusal is a ``SchemaViolation`` (``UniqueViolation``
-        for a key conflict), raised before anything of the statement stays."""
+    def execute(self, sql: str, bindings: Any = None) -> Iterator[tuple[Any, ...]]:
+        """Run one statement at once (a write is done before any row is read) and return its
+        rows; the schema's refusal is a ``SchemaViolation`` (``UniqueViolation`` for a key
+        conflict), raised before anything of the statement stays; a row whose text is damaged
+        is ``CorruptJournal`` (``_rows``)."""
         try:
-            return self._conn.execute(sql, bindings)
+            return _rows(self._conn.execute(sql, bindings), self._path)
         except apsw.ConstraintError as exc:
             raise _refused(exc, "the statement") from exc
 
@@ -393,14 +416,13 @@ class SqliteDatabase:
 
     def one(self, sql: str, bindings: Any = None) -> tuple[Any, ...] | None:
         """The first row, or ``None``."""
-        for row in self._conn.execute(sql, bindings):
-            first: tuple[Any, ...] = row
-            return first
+        for row in _rows(self._conn.execute(sql, bindings), self._path):
+            return row
         return None
 
     def value(self, sql: str, bindings: Any = None) -> Any:
         """The first column of the first row, or ``None``."""
-        for row in self._conn.execute(sql, bindings):
+        for row in _rows(self._conn.execute(sql, bindings), self._path):
             return row[0]
         return None
 
@@ -452,11 +474,22 @@ class SqliteStore(Transactions[apsw.Connection, SqliteDatabase]):
         # refuses an insert at a stale one (the caller then reads the seq in its transaction).
         self.next_seqs: dict[str, int] = {}
         self._busy_since = 0.0
+        # Whether the file's header names it ours (its application id), as its bytes said before
+        # SQLite opened it: a file that says so and cannot be read is a damaged journal.
+        self._ours = False
+        self._wal_existed = False  # (the -wal beside the file, before this open)
         self._conn = self._connect(vfs)
         try:
             self._configure(checkpoint_pages)
             self._prepare_schema(checkpoint_pages)
         except BaseException as exc:
+            if self._wal_existed:
+                # The -wal was there before this open: closing the refused connection must not
+                # checkpoint it into the file (into a damaged one, past the refusal) and delete it.
+                # A -wal this open made holds nothing to copy, and SQLite's close removes it and
+                # the -shm (it takes the file's exclusive lock first: no other connection uses them).
+                with contextlib.suppress(apsw.Error):
+                    self._conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
             _close_quietly(self._conn)
             if isinstance(exc, apsw.Error):
                 # A pragma or a read of the header failed on the disk: a typed error, never a
@@ -501,6 +534,9 @@ class SqliteStore(Transactions[apsw.Connection, SqliteDatabase]):
             os.close(fd)
         elif verdict is _header.Verdict.EMPTY and self.readonly:
             raise NotAJournal(self.path, "an empty database (open it writable once to create it)")
+        elif verdict is _header.Verdict.JOURNAL and self.readonly and vfs is None:
+            self._probe()
+        self._wal_existed = os.path.lexists(self.path + "-wal")
         flags = apsw.SQLITE_OPEN_READONLY if self.readonly else apsw.SQLITE_OPEN_READWRITE
         try:
             kwargs: dict[str, Any] = {"flags": flags}
@@ -523,7 +559,68 @@ class SqliteStore(Transactions[apsw.Connection, SqliteDatabase]):
             raise NotAJournal(self.path, identity.reason)
         if identity.verdict is _header.Verdict.JOURNAL and identity.user_version > SCHEMA_VERSION:
             raise SchemaTooNew(self.path, identity.user_version, SCHEMA_VERSION)
+        self._ours = identity.verdict is _header.Verdict.JOURNAL
         return identity.verdict
+
+    def _side_files(self) -> tuple[bool, bool]:
+        """Whether the -wal and the -shm exist."""
+        return os.path.lexists(self.path + "-wal"), os.path.lexists(self.path + "-shm")
+
+    def _probe(self) -> None:
+        """For a read-only open: refuse a journal that cannot be read before a connection exists
+        that would create its -wal and -shm (G13: a refused file is left as it was).
+
+        SQLite's first read of a WAL file creates both side files if they are missing, and a
+        read-only connection never removes them; only then would ``_configure`` find the pages
+        malformed. While the -wal holds no commit, the main file is everything committed, so an
+        immutable connection (no locks, no side files) reads exactly what the real one would, and
+        the same first reads (``_judged``) decide. Otherwise the side files are there already (or
+        the -wal must be read through a -shm), and the real connection decides. A refusal stands
+        only if the side files are as they were (no writer came meanwhile); any other failure of
+        the probe is left for the real open to report.
+        """
+        before = self._side_files()
+        if all(before):
+            return  # the real connection creates nothing
+        try:
+            if _header.wal_has_commits(self.path):
+                return
+        except OSError:
+            return
+        uri = "file:" + urllib.parse.quote(self.path) + "?immutable=1"
+        try:
+            probe = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+        except apsw.Error:
+            return
+        try:
+            self._judged(probe)
+        except (CorruptJournal, NotAJournal, SchemaTooNew):
+            if self._side_files() == before:
+                raise
+        except JournalError:
+            pass
+        finally:
+            _close_quietly(probe)
+
+    def _judged(self, conn: apsw.Connection) -> int:
+        """The file's schema version, once the first reads through ``conn`` show a journal (or an
+        empty database); a refusal otherwise. Pages that cannot be read are a damaged journal
+        (``CorruptJournal``) when the header names the file ours, else ``NotAJournal``."""
+        try:
+            app_id = conn.pragma("application_id")
+            version = conn.pragma("user_version")
+            tables = conn.execute("SELECT count(*) FROM sqlite_schema").get
+        except (apsw.NotADBError, apsw.CorruptError) as exc:
+            if self._ours:
+                raise CorruptJournal(self.path, f"unreadable ({exc}; the file was left untouched)") from exc
+            raise NotAJournal(self.path, f"unreadable ({exc})") from exc
+        except apsw.Error as exc:
+            raise self._translate(exc, "open", outcome=WriteOutcome.ABSENT) from exc
+        if app_id != APPLICATION_ID and not (app_id == 0 and version == 0 and tables == 0):
+            raise NotAJournal(self.path, "an SQLite database of another application")
+        if app_id == APPLICATION_ID and version > SCHEMA_VERSION:
+            raise SchemaTooNew(self.path, version, SCHEMA_VERSION)
+        return int(version)
 
     def _identify_by_magic(self) -> _header.Verdict:
         """The check for a custom VFS: the SQLite magic only; ``_configure`` decides the rest."""
@@ -581,18 +678,7 @@ class SqliteStore(Transactions[apsw.Connection, SqliteDatabase]):
     def _configure(self, checkpoint_pages: int | None) -> None:
         conn = self._conn
         conn.set_busy_handler(self._busy)
-        try:
-            app_id = conn.pragma("application_id")
-            version = conn.pragma("user_version")
-            tables = conn.execute("SELECT count(*) FROM sqlite_schema").get
-        except (apsw.NotADBError, apsw.CorruptError) as exc:
-            raise NotAJournal(self.path, f"unreadable ({exc})") from exc
-        except apsw.Error as exc:
-            raise self._translate(exc, "open", outcome=WriteOutcome.ABSENT) from exc
-        if app_id != APPLICATION_ID and not (app_id == 0 and version == 0 and tables == 0):
-            raise NotAJournal(self.path, "an SQLite database of another application")
-        if app_id == APPLICATION_ID and version > SCHEMA_VERSION:
-            raise SchemaTooNew(self.path, version, SCHEMA_VERSION)
+        version = self._judged(conn)
         if self.readonly:
             if version == SCHEMA_VERSION:
                 conn.pragma("query_only", True)  # (an older one: once its views are made)
@@ -647,13 +733,16 @@ class SqliteStore(Transactions[apsw.Connection, SqliteDatabase]):
     def _present_as_current(self, version: int) -> None:
         """For a read-only connection to a journal older than version 7: temporary objects (in
         the connection's own temp database, never the file) that give its reads today's shape —
-        submissions numbered by their rowids; before version 6, events without idempotency keys,
+        submissions numbered by their rowids; before version 3, turns without an owner; before
+        version 6, events without idempotency keys,
         no keyed state, the metas' entries listed from the sessions themselves. (A version older
         than 5 also lacks the compactions table: the transcript reads its tail by folding; a
         version-6 file's state values are JSON text, which the state part reads too.)"""
         if version >= 7:  # versions 7 and 8 differ from 9 only in how recovery writes, and an index
             return
         self._conn.execute("CREATE TEMP VIEW submissions AS SELECT *, rowid AS ordinal FROM main.submissions")
+        if version < 3:  # no turn names its owner yet (recovery treats them as before)
+            self._conn.execute("CREATE TEMP VIEW turn_journal AS SELECT *, NULL AS owner FROM main.turn_journal")
         if version >= 6:
             return
         self._conn.execute(
@@ -713,7 +802,7 @@ class SqliteStore(Transactions[apsw.Connection, SqliteDatabase]):
             pass  # a failing disk; the next open sets it again
 
     def _database(self, conn: apsw.Connection, sessions: Sequence[str] | None) -> SqliteDatabase:
-        return SqliteDatabase(conn)
+        return SqliteDatabase(conn, self.path)
 
     def _commit(self, conn: apsw.Connection) -> None:
         conn.execute("COMMIT")
@@ -775,12 +864,12 @@ class SqliteStore(Transactions[apsw.Connection, SqliteDatabase]):
             conn = self._checked()
             inside = self._in_txn or conn.in_transaction  # (not narrowed: BEGIN below changes it)
             if inside:
-                yield SqliteDatabase(conn)
+                yield SqliteDatabase(conn, self.path)
                 return
             try:
                 conn.execute("BEGIN")
                 try:
-                    yield SqliteDatabase(conn)
+                    yield SqliteDatabase(conn, self.path)
                 except _UNBINDABLE as exc:
                     raise _unbindable(exc) from exc
                 finally:
@@ -805,7 +894,7 @@ class SqliteStore(Transactions[apsw.Connection, SqliteDatabase]):
         return True
 
     def _translate(self, exc: BaseException, operation: str, *, outcome: WriteOutcome) -> JournalError:
-        return _translate(exc, operation, outcome=outcome, busy_timeout_ms=self.busy_timeout_ms)
+        return _translate(exc, operation, outcome=outcome, path=self.path, busy_timeout_ms=self.busy_timeout_ms)
 
     def _checked(self, operation: str = "") -> apsw.Connection:
         conn = self._conn
