@@ -10,33 +10,36 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from journal.store.statements import Statements
+from journal.store.statements import PREVIEW_STRUCTURE, STRUCTURE_SQL, Statements
 
 # The viewer's read of a page of events (journal.preview), PostgreSQL's text of the SQLite
 # store's PREVIEWS_SQL: each event's seq, type, time and size in bytes, and its first ?5 fields
 # (one more, to tell there are more) as [key, value, cut], every string and every object's or
 # array's JSON text cut to ?4 characters in the server; of ``tool_calls``, the first ?5 calls'
-# id, name and arguments (cut).
+# id, name and arguments (cut). The structure the messages view folds (a key, a call's id and
+# name, statements.STRUCTURE_FIELDS) is cut at no fewer than PREVIEW_STRUCTURE characters.
 _PREVIEW_COLUMNS = """\
 SELECT e.seq, e.type, e.time_ms, octet_length(e.data),
-  (SELECT coalesce(json_agg(json_build_array(left(f.key, ?4::int), CASE
+  (SELECT coalesce(json_agg(json_build_array(left(f.key, greatest(?4::int, 512)), CASE
      WHEN f.key = 'tool_calls' AND f.kind = 'array' THEN
        (SELECT coalesce(json_agg(CASE WHEN json_typeof(c.value) = 'object' THEN json_build_object(
-           'id', left(c.value ->> 'id', ?4::int), 'name', left(c.value ->> 'name', ?4::int),
+           'id', left(c.value ->> 'id', greatest(?4::int, 512)),
+           'name', left(c.value ->> 'name', greatest(?4::int, 512)),
            'arguments', CASE WHEN length((c.value -> 'arguments')::text) <= ?4::int THEN c.value -> 'arguments'
                              ELSE to_json(left((c.value -> 'arguments')::text, ?4::int)) END,
            'cut', coalesce(length((c.value -> 'arguments')::text) > ?4::int, false)) END ORDER BY c.n), '[]'::json)
         FROM (SELECT value, n FROM json_array_elements(f.value) WITH ORDINALITY AS a (value, n)
               ORDER BY n LIMIT ?5) AS c)
-     WHEN f.kind = 'string' THEN to_json(left(f.value #>> '{}', ?4::int))
-     WHEN f.kind IN ('object', 'array') AND length(f.value::text) > ?4::int THEN to_json(left(f.value::text, ?4::int))
+     WHEN f.kind = 'string' THEN to_json(left(f.value #>> '{}', f.lim))
+     WHEN f.kind IN ('object', 'array') AND length(f.value::text) > f.lim THEN to_json(left(f.value::text, f.lim))
      ELSE f.value END,
-     CASE WHEN f.kind = 'string' THEN length(f.value #>> '{}') > ?4::int
-          WHEN f.kind IN ('object', 'array') THEN length(f.value::text) > ?4::int ELSE false END)
+     CASE WHEN f.kind = 'string' THEN length(f.value #>> '{}') > f.lim
+          WHEN f.kind IN ('object', 'array') THEN length(f.value::text) > f.lim ELSE false END)
      ORDER BY f.n), '[]'::json)::text
-   FROM (SELECT key, value, json_typeof(value) AS kind, n
+   FROM (SELECT key, value, json_typeof(value) AS kind, n,
+                CASE WHEN key IN STRUCTURE THEN greatest(?4::int, 512) ELSE ?4::int END AS lim
          FROM json_each(e.data::json) WITH ORDINALITY AS d (key, value, n) ORDER BY n LIMIT ?5 + 1) AS f)
-"""
+""".replace("STRUCTURE", STRUCTURE_SQL).replace("512", str(PREVIEW_STRUCTURE))
 PREVIEWS_SQL = (
     _PREVIEW_COLUMNS + "FROM events AS e WHERE e.session_id = ?1 AND e.seq >= ?2 AND e.seq < ?3 ORDER BY e.seq"
 )

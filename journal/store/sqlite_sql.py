@@ -9,19 +9,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from journal.store.statements import Statements
+from journal.store.statements import PREVIEW_STRUCTURE, STRUCTURE_SQL, Statements
 
 # The viewer's read of a page of events (journal.preview): each event's seq, type, time and size
 # in bytes, and its first ?5 fields (one more, to tell there are more) as [key, value, cut]:
 # every string, and every object's or array's JSON text, cut to ?4 characters inside SQLite
 # (``cut``: 1 when it was), so a page never decodes a whole large event. Of ``tool_calls``, the
 # first ?5 calls: each one's id, name and arguments (cut; ``cut`` 1 when its arguments were).
+# Only text is cut to ?4: the structure the messages view folds (a field's key, a call's id and
+# name, statements.STRUCTURE_FIELDS) is cut at no fewer than PREVIEW_STRUCTURE characters (a
+# call id's limit), so a cut read is the same messages, their text cut.
 _PREVIEW_COLUMNS = """\
 SELECT e.seq, e.type, e.time_ms, octet_length(e.data),
-  (SELECT json_group_array(json_array(substr(f.key, 1, ?4), CASE
+  (SELECT json_group_array(json_array(substr(f.key, 1, max(?4, 512)), CASE
      WHEN f.calls IS NOT NULL THEN
        json((SELECT json_group_array(CASE WHEN c.type = 'object' THEN json_object(
-           'id', substr(c.id, 1, ?4), 'name', substr(c.name, 1, ?4),
+           'id', substr(c.id, 1, max(?4, 512)), 'name', substr(c.name, 1, max(?4, 512)),
            'arguments', CASE WHEN length(c.a) <= ?4 THEN json(c.a) ELSE substr(c.a, 1, ?4) END,
            'cut', length(c.a) > ?4) END)
         FROM (SELECT type, value ->> '$.id' AS id, value ->> '$.name' AS name,
@@ -29,15 +32,16 @@ SELECT e.seq, e.type, e.time_ms, octet_length(e.data),
               FROM json_each(f.calls) LIMIT ?5) AS c))
      WHEN f.type = 'true' THEN json('true')
      WHEN f.type = 'false' THEN json('false')
-     WHEN f.type = 'text' OR (f.type IN ('object', 'array') AND length(f.head) > ?4) THEN substr(f.head, 1, ?4)
+     WHEN f.type = 'text' OR (f.type IN ('object', 'array') AND length(f.head) > f.lim) THEN substr(f.head, 1, f.lim)
      WHEN f.type IN ('object', 'array') THEN json(f.head)
      ELSE f.head END,
-     f.type IN ('text', 'object', 'array') AND length(f.head) > ?4))
-   FROM (SELECT key, type,
-                CASE WHEN type IN ('text', 'object', 'array') THEN substr(value, 1, ?4 + 1) ELSE value END AS head,
+     f.type IN ('text', 'object', 'array') AND length(f.head) > f.lim))
+   FROM (SELECT key, type, lim,
+                CASE WHEN type IN ('text', 'object', 'array') THEN substr(value, 1, lim + 1) ELSE value END AS head,
                 CASE WHEN key = 'tool_calls' AND type = 'array' THEN value END AS calls
-         FROM json_each(e.data) LIMIT ?5 + 1) AS f)
-"""
+         FROM (SELECT key, type, value, CASE WHEN key IN STRUCTURE THEN max(?4, 512) ELSE ?4 END AS lim
+               FROM json_each(e.data) LIMIT ?5 + 1)) AS f)
+""".replace("STRUCTURE", STRUCTURE_SQL).replace("512", str(PREVIEW_STRUCTURE))
 PREVIEWS_SQL = (
     _PREVIEW_COLUMNS + "FROM events AS e WHERE e.session_id = ?1 AND e.seq >= ?2 AND e.seq < ?3 ORDER BY e.seq"
 )
