@@ -7,6 +7,9 @@
 --   by id, and a prefix is a range of ids, whatever the server's default collation.
 -- - JSON is kept as the text the codec wrote (TEXT, read through the `json` type, which keeps
 --   the text as written and accepts every escape the codec writes, \u0000 included).
+-- - What SQL reads of that JSON it reads through `journal_json_of`, not a plain `::json`: the
+--   server's operators cannot turn the escape of U+0000 into text and refuse the whole document,
+--   so there a NUL reads as U+FFFD (the stored text keeps it; no id or name holds one).
 -- - `submissions.ordinal` is an identity column (writers of different sessions run at once).
 -- - `session_meta` keeps each scalar meta value as its text (booleans as 1 and 0, as SQLite's
 --   json_each), and its index holds md5 digests of the key and the value: SQLite's index takes a
@@ -19,6 +22,15 @@
 -- - The triggers are PL/pgSQL functions; one BEFORE INSERT trigger on events does G4's check and
 --   hands the types that change derived state or compactions to their functions, as the SQLite
 --   gate triggers do. `events` has no foreign key to `sessions`: its triggers keep the same rule.
+
+-- JSON text as `json` for the server's operators, which refuse a whole document holding the
+-- escape of U+0000 (\u0000) even to read another field: each such escape (not an escaped
+-- backslash followed by "u0000") reads as U+FFFD. Inlined where it is used (one SQL SELECT,
+-- IMMUTABLE, not STRICT); a text without the escape costs one strpos.
+CREATE FUNCTION journal_json_of(text) RETURNS json LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN strpos($1, '\u0000') = 0 THEN $1::json
+                ELSE regexp_replace($1, '(?<!\\)((\\\\)*)\\u0000', '\1\\ufffd', 'g')::json END
+$$;
 
 CREATE TABLE journal_meta (
     one            INTEGER PRIMARY KEY DEFAULT 1 CHECK (one = 1),
@@ -68,9 +80,9 @@ CREATE UNIQUE INDEX events_key ON events (session_id, key) WHERE key IS NOT NULL
 CREATE INDEX events_app ON events (session_id, type, seq) WHERE type LIKE 'x.%';
 -- G5 and G6's record, as in schema.sql.
 CREATE UNIQUE INDEX events_one_result
-    ON events (session_id, (data::json ->> 'tool_call_id')) WHERE type = 'tool_result';
+    ON events (session_id, (journal_json_of(data) ->> 'tool_call_id')) WHERE type = 'tool_result';
 CREATE UNIQUE INDEX events_one_dispatch
-    ON events (session_id, (data::json ->> 'id')) WHERE type = 'tool_call';
+    ON events (session_id, (journal_json_of(data) ->> 'id')) WHERE type = 'tool_call';
 
 -- The derived tables' column rules are domains too (the row trigger writes them for every
 -- deriving event); the turn's one rule across columns stays the table's CHECK.
@@ -267,10 +279,10 @@ BEGIN
     END IF;
     IF NEW.type IN ('turn_start', 'turn_end', 'step_start', 'step_end', 'tool_call', 'tool_result', 'operator_resolution')
        OR (NEW.type = 'assistant_message' AND strpos(NEW.data, '"tool_calls"') > 0) THEN
-        PERFORM journal_events_derived(NEW.session_id, NEW.seq, NEW.type, NEW.data::json, NEW.time_ms);
+        PERFORM journal_events_derived(NEW.session_id, NEW.seq, NEW.type, journal_json_of(NEW.data), NEW.time_ms);
     END IF;
     IF strpos(NEW.data, '"surface_op"') > 0 OR NEW.type = 'retract' THEN
-        PERFORM journal_events_compaction(NEW.session_id, NEW.seq, NEW.type, NEW.data::json);
+        PERFORM journal_events_compaction(NEW.session_id, NEW.seq, NEW.type, journal_json_of(NEW.data));
     END IF;
     RETURN NEW;
 END $$;
@@ -452,7 +464,7 @@ BEGIN
                WHEN 'boolean' THEN CASE WHEN m.value::text = 'true' THEN '1' ELSE '0' END
                ELSE m.value::text
            END
-      FROM json_each(NEW.meta::json) AS m
+      FROM json_each(journal_json_of(NEW.meta)) AS m
      WHERE json_typeof(m.value) NOT IN ('object', 'array', 'null');
     RETURN NULL;
 END $$;

@@ -867,3 +867,44 @@ def test_recoverys_batch_insert_checks_g4_for_all_its_rows_with_the_row_trigger_
         assert [e.seq for s in ("a", "b", "f") for e in j.events(s) if e.type == "turn_end"] == [2, 2, 2]
         assert j.scan().clean
         assert j.check() == []
+
+
+NUL_SAFE = (  # the function, the indexes and the trigger functions that read through it, in this schema
+    "SELECT to_regprocedure(quote_ident(current_schema()) || '.journal_json_of(text)') IS NOT NULL, "
+    "(SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexdef LIKE '%journal_json_of(%'), "
+    "(SELECT count(*) FROM pg_proc WHERE pronamespace = current_schema()::regnamespace "
+    "AND prosrc LIKE '%journal_json_of(NEW.%')"
+)
+
+
+def test_a_schema_made_before_journal_json_of_is_read_as_it_is_and_made_nul_safe_by_a_writable_open(
+    pg_dsn: str,
+) -> None:
+    from journal.store.postgres import _schema_statement
+
+    with journal.open(pg_dsn) as j:
+        j.create_session("s")
+        j.append_many("s", [("turn_start", {"turn": 1}), ("tool_result", {"tool_call_id": "c0", "content": "x"})])
+    with Raw(pg_dsn) as raw:
+        assert raw.execute(NUL_SAFE) == [(True, 2, 2)]
+        for index in ("events_one_result", "events_one_dispatch"):  # as schema_pg.sql made them before
+            old = _schema_statement("UNIQUE INDEX", index).replace("journal_json_of(data)", "data::json")
+            raw.execute(f"DROP INDEX {index}; {old}")
+        for function in ("journal_events_insert", "journal_sessions_meta"):
+            old = re.sub(r"journal_json_of\((NEW\.\w+)\)", r"\1::json", _schema_statement("FUNCTION", function))
+            raw.execute(old)
+        raw.execute("DROP FUNCTION journal_json_of(text)")
+        assert raw.execute(NUL_SAFE) == [(False, 0, 0)]
+    with journal.open(pg_dsn, readonly=True) as ro:  # read as it is: nothing is changed
+        assert [t.start_seq for t in ro.scan().open_turns] == [0]
+        assert [p.seq for p in ro.previews("s", chars=5)] == [0, 1]
+    with Raw(pg_dsn) as raw:
+        assert raw.execute(NUL_SAFE) == [(False, 0, 0)]
+    with journal.open(pg_dsn) as j:
+        j.append("s", "tool_result", {"tool_call_id": "c1", "content": "nul \x00 kept"})
+        with pytest.raises(journal.ResultExists):
+            j.append("s", "tool_result", {"tool_call_id": "c0", "content": "a second \x00"})
+        assert j.events("s")[-1].data["content"] == "nul \x00 kept"
+        assert j.check() == []
+    with Raw(pg_dsn) as raw:
+        assert raw.execute(NUL_SAFE) == [(True, 2, 2)]

@@ -70,6 +70,7 @@ from journal.store.postgres_sql import (
     DISPATCH_CALLS,
     EVENTS_CONTIGUOUS,
     INSERT_EVENTS,
+    OLDER_STATEMENTS,
     OPEN_TURNS,
     REQUEST_CALLS,
     RESOLVE_CALLS,
@@ -302,10 +303,42 @@ def _domains() -> dict[str, str]:
     return {m.group(1): m.group(0) for m in re.finditer(r"CREATE DOMAIN (\w+) .*?;", text, re.DOTALL)}
 
 
+# - until journal_json_of, SQL read the events' JSON with a plain ``::json``, which refuses a whole
+#   document holding the escape of U+0000 (schema_pg.sql says why): the function is made, the
+#   two unique indexes read through it are made again (one pass over the calls' dispatches and
+#   results) and the trigger functions that read NEW.data or NEW.meta are replaced. A read-only
+#   open of such a schema reads with ``::json`` (``OLDER_STATEMENTS``).
+_NUL_SAFE = "to_regprocedure(format('%I.journal_json_of(text)', current_schema())) IS NOT NULL"
+
+
+def _schema_statement(kind: str, name: str) -> str:
+    """schema_pg.sql's statement that creates ``kind`` (``FUNCTION``, ``UNIQUE INDEX``) ``name``."""
+    text = schema_sql()
+    start = text.index(f"CREATE {kind} {name}")
+    end = text.index("$$;", start) + 3 if kind == "FUNCTION" else text.index(";", start) + 1
+    statement = text[start:end]
+    return "CREATE OR REPLACE" + statement[len("CREATE") :] if kind == "FUNCTION" else statement
+
+
+@functools.cache
+def _nul_safe_upgrade() -> str:
+    functions = ("journal_json_of", "journal_events_insert", "journal_sessions_meta")
+    statements = [
+        _schema_statement("FUNCTION", functions[0]),
+        "DROP INDEX IF EXISTS events_one_result;",
+        _schema_statement("UNIQUE INDEX", "events_one_result"),
+        "DROP INDEX IF EXISTS events_one_dispatch;",
+        _schema_statement("UNIQUE INDEX", "events_one_dispatch"),
+        *(_schema_statement("FUNCTION", name) for name in functions[1:]),
+    ]
+    return "\n".join(statements)
+
+
 @functools.cache
 def _upgraded_sql() -> str:
     named = " AND ".join(f"to_regtype(format('%I.{name}', current_schema())) IS NOT NULL" for name in _domains())
-    return f"SELECT to_regclass(format('%I.session_meta_match', current_schema())) IS NOT NULL AND {named}"
+    meta = "to_regclass(format('%I.session_meta_match', current_schema())) IS NOT NULL"
+    return f"SELECT {meta} AND {named} AND {_NUL_SAFE}"
 
 
 @functools.cache
@@ -535,6 +568,13 @@ class PgDatabase:
         return self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
 
 
+class _OlderPgDatabase(PgDatabase):
+    """The handle of a read-only open of a schema made before ``journal_json_of``."""
+
+    __slots__ = ()
+    sql = OLDER_STATEMENTS
+
+
 class PostgresStore(Transactions[psycopg.Connection, PgDatabase]):
     """One connection to one journal in a PostgreSQL database (``journal.store.base.Store``).
 
@@ -564,6 +604,7 @@ class PostgresStore(Transactions[psycopg.Connection, PgDatabase]):
         self.next_seqs: dict[str, int] = {}
         self._conn: psycopg.Connection | None = None
         self.schema = ""
+        self._handle: type[PgDatabase] = PgDatabase
         self._conn = self._connect()
         try:
             self._prepare_schema()
@@ -651,6 +692,8 @@ class PostgresStore(Transactions[psycopg.Connection, PgDatabase]):
                 self._upgrade(conn)
                 if stamp[1] < SCHEMA_VERSION:
                     self._migrate(conn)
+            elif not _row(conn.execute(f"SELECT {_NUL_SAFE}").fetchone())[0]:
+                self._handle, self.sql = _OlderPgDatabase, OLDER_STATEMENTS  # read as it is
             return
         if self.readonly:
             raise NotAJournal(self.path, "no journal in this database (a read-only open never creates one)")
@@ -690,6 +733,8 @@ class PostgresStore(Transactions[psycopg.Connection, PgDatabase]):
             return
         with self.write("upgrade_schema"):  # idempotent: another process may be doing it too
             conn.execute(_upgrade_sql())
+            if not _row(conn.execute(f"SELECT {_NUL_SAFE}").fetchone())[0]:
+                conn.execute(_nul_safe_upgrade())
 
     # -- transactions: the primitives under journal.store.base.Transactions ----------------------
 
@@ -737,7 +782,7 @@ class PostgresStore(Transactions[psycopg.Connection, PgDatabase]):
             raise self._translate(exc, operation, outcome=WriteOutcome.ABSENT) from exc
 
     def _database(self, conn: psycopg.Connection, sessions: Sequence[str] | None) -> PgDatabase:
-        return PgDatabase(conn, guarded=True, lock=None if sessions is None else self.schema)
+        return self._handle(conn, guarded=True, lock=None if sessions is None else self.schema)
 
     def _commit(self, conn: psycopg.Connection) -> None:
         conn.execute("COMMIT")
@@ -784,7 +829,7 @@ class PostgresStore(Transactions[psycopg.Connection, PgDatabase]):
         conn.execute("RELEASE write")
 
     def _statement(self, conn: psycopg.Connection, sql: str, bindings: Any) -> int:
-        db = PgDatabase(conn, guarded=True)  # under a savepoint of its own: refused alone
+        db = self._handle(conn, guarded=True)  # under a savepoint of its own: refused alone
         db.execute(sql, bindings)
         return db.changes()
 
@@ -809,7 +854,7 @@ class PostgresStore(Transactions[psycopg.Connection, PgDatabase]):
                 # The caller's write transaction (or a crash-point observer of its commit).
                 assert self._conn is not None
                 try:
-                    yield PgDatabase(self._conn, guarded=True)
+                    yield self._handle(self._conn, guarded=True)
                 except psycopg.Error as exc:
                     raise self._translate(exc, "read", outcome=WriteOutcome.ABSENT) from exc
                 return
@@ -817,7 +862,7 @@ class PostgresStore(Transactions[psycopg.Connection, PgDatabase]):
             try:
                 conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 try:
-                    yield PgDatabase(conn, guarded=False)
+                    yield self._handle(conn, guarded=False)
                 except _UNSENDABLE as exc:
                     if _unsent(exc):
                         raise _bad_value(exc) from exc

@@ -7,7 +7,9 @@ claim takes its row ``FOR UPDATE SKIP LOCKED`` (claimers on several hosts run at
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from typing import Any
 
 from journal.store.statements import PREVIEW_STRUCTURE, STRUCTURE_SQL, Statements
@@ -38,7 +40,7 @@ SELECT e.seq, e.type, e.time_ms, octet_length(e.data),
      ORDER BY f.n), '[]'::json)::text
    FROM (SELECT key, value, json_typeof(value) AS kind, n,
                 CASE WHEN key IN STRUCTURE THEN greatest(?4::int, 512) ELSE ?4::int END AS lim
-         FROM json_each(e.data::json) WITH ORDINALITY AS d (key, value, n) ORDER BY n LIMIT ?5 + 1) AS f)
+         FROM json_each(journal_json_of(e.data)) WITH ORDINALITY AS d (key, value, n) ORDER BY n LIMIT ?5 + 1) AS f)
 """.replace("STRUCTURE", STRUCTURE_SQL).replace("512", str(PREVIEW_STRUCTURE))
 PREVIEWS_SQL = (
     _PREVIEW_COLUMNS + "FROM events AS e WHERE e.session_id = ?1 AND e.seq >= ?2 AND e.seq < ?3 ORDER BY e.seq"
@@ -73,7 +75,8 @@ open_turn AS MATERIALIZED (
                        AND GREATEST(d.dispatch_seq, coalesce(d.requested_seq, -1)) >= t.start_seq) AS simple,
     (SELECT max(v.seq) FROM events AS v WHERE v.session_id = s.id) + 1 AS next_seq,
     EXISTS (SELECT 1 FROM events AS v WHERE v.session_id = s.id AND v.seq > t.start_seq AND v.type = 'tool_call'
-             AND json_typeof(v.data::json -> 'id') = 'string' AND (v.data::json ->> 'id') <> '') AS dispatching
+             AND json_typeof(journal_json_of(v.data) -> 'id') = 'string'
+             AND (journal_json_of(v.data) ->> 'id') <> '') AS dispatching
   FROM batch JOIN sessions AS s ON s.id = batch.sid AND s.purged_ms IS NULL
   JOIN turn_journal AS t ON t.session_id = s.id AND t.end_seq IS NULL
 )
@@ -85,7 +88,7 @@ LEFT JOIN LATERAL (
          CASE WHEN json_typeof(j.value -> 'name') = 'string' THEN j.value ->> 'name' END AS name
   FROM tool_calls AS c
   LEFT JOIN events AS e ON e.session_id = c.session_id AND e.seq = c.requested_seq
-  LEFT JOIN LATERAL (SELECT e.data::json -> 'tool_calls' AS calls) AS r ON true
+  LEFT JOIN LATERAL (SELECT journal_json_of(e.data) -> 'tool_calls' AS calls) AS r ON true
   LEFT JOIN LATERAL json_array_elements(CASE WHEN json_typeof(r.calls) = 'array' THEN r.calls END)
     WITH ORDINALITY AS j (value, n)
     ON json_typeof(j.value) = 'object' AND json_typeof(j.value -> 'id') = 'string' AND (j.value ->> 'id') = c.call_id
@@ -125,12 +128,12 @@ def _meta_value(value: Any) -> str:
 TOOL_STATS_SQL = """
 WITH c AS (
     SELECT c.name AS name, c.state AS state, c.result_seq AS result_seq,
-           coalesce(r.data::json ->> 'is_error' = 'true', false) AS is_error,
-           coalesce(r.data::json -> 'metadata' ->> 'synthetic' = 'true', false) AS synthetic,
-           CASE WHEN coalesce(r.data::json -> 'metadata' ->> 'synthetic' = 'true', false)
-                THEN r.data::json -> 'metadata' ->> 'risk' END AS risk,
+           coalesce(journal_json_of(r.data) ->> 'is_error' = 'true', false) AS is_error,
+           coalesce(journal_json_of(r.data) -> 'metadata' ->> 'synthetic' = 'true', false) AS synthetic,
+           CASE WHEN coalesce(journal_json_of(r.data) -> 'metadata' ->> 'synthetic' = 'true', false)
+                THEN journal_json_of(r.data) -> 'metadata' ->> 'risk' END AS risk,
            CASE WHEN t.seq IS NOT NULL AND r.seq IS NOT NULL
-                 AND NOT coalesce(r.data::json -> 'metadata' ->> 'synthetic' = 'true', false)
+                 AND NOT coalesce(journal_json_of(r.data) -> 'metadata' ->> 'synthetic' = 'true', false)
                 THEN r.time_ms - t.time_ms END AS ms
       FROM tool_calls AS c
       LEFT JOIN events AS t ON t.session_id = c.session_id AND t.seq = c.dispatch_seq
@@ -221,16 +224,24 @@ STATEMENTS = Statements(
     ),
     mark_delivered=(
         "UPDATE notifications SET data = (data::jsonb || jsonb_build_object('delivered_ms', ?1::bigint))::text "
-        "WHERE id = ?2 AND (data::json ->> 'delivered_ms') IS NULL"
+        "WHERE id = ?2 AND (journal_json_of(data) ->> 'delivered_ms') IS NULL"
     ),
     undelivered=(
         "SELECT session_id, call_id FROM notifications "
-        "WHERE acked_ms IS NULL AND (data::json ->> 'delivered_ms') IS NULL ORDER BY created_ms, id"
+        "WHERE acked_ms IS NULL AND (journal_json_of(data) ->> 'delivered_ms') IS NULL ORDER BY created_ms, id"
     ),
     may_compact=(
         "SELECT count(*) FROM events WHERE session_id = ? AND (strpos(data, '\"surface_op\"') > 0 OR type = 'retract')"
     ),
 )
+
+
+# The same statements for a read-only open of a schema made before ``journal_json_of`` (which the
+# first writable open makes: journal.store.postgres): its JSON read with a plain ``::json``.
+_OLDER_TEXTS: dict[str, Any] = {
+    name: re.sub(r"journal_json_of\(([\w.]+)\)", r"\1::json", text) for name, text in STATEMENTS.texts().items()
+}
+OLDER_STATEMENTS = dataclasses.replace(STATEMENTS, **_OLDER_TEXTS)
 
 # A lone append committed alone (the store's ``INSERT_EVENT`` through ``write_one``): one prepared
 # statement in an implicit transaction, one round trip. Its CTE takes the journal's lock shared,
@@ -279,14 +290,14 @@ CLOSE_TURNS = (
 
 # A batch's derived state, planned once (``journal.derived_batch``) and written with the row
 # trigger off (``PgDatabase.insert_events``): each value read from the stored row as
-# ``journal_events_derived`` reads it from NEW (``data::json``). Bindings are whole columns: the
+# ``journal_events_derived`` reads it from NEW (``journal_json_of(data)``). Bindings are whole columns: the
 # turns the batch opens (the session, their turn_start seqs, the turns open around them); the
 # turns' changes (``TurnChange.row``'s columns, the session first: NULL leaves a column as it was,
 # a negative request seq clears it); the batch's session and seq bounds for its calls.
 OPEN_TURNS = (
     "INSERT INTO turn_journal (session_id, start_seq, turn, phase, checkpoint_seq, submission_id, outer_start) "
-    "SELECT e.session_id, e.seq, journal_json_int(e.data::json -> 'turn'), 'before_provider', e.seq, "
-    "e.data::json ->> 'submission_id', u.outer_start "
+    "SELECT e.session_id, e.seq, journal_json_int(journal_json_of(e.data) -> 'turn'), 'before_provider', e.seq, "
+    "journal_json_of(e.data) ->> 'submission_id', u.outer_start "
     "FROM unnest(?2::bigint[], ?3::bigint[]) AS u (start_seq, outer_start) "
     "JOIN events AS e ON e.session_id = ?1 AND e.seq = u.start_seq"
 )
@@ -295,12 +306,14 @@ CHANGE_TURNS = (
     "step_open = coalesce(u.step_open, t.step_open), phase = coalesce(u.phase, t.phase), "
     "checkpoint_seq = coalesce(u.checkpoint_seq, t.checkpoint_seq), "
     "tool_request = CASE WHEN u.tool_request IS NULL THEN t.tool_request WHEN u.tool_request < 0 THEN NULL "
-    "ELSE (SELECT e.data::json ->> 'tool_calls' FROM events AS e WHERE e.session_id = ?1 AND e.seq = u.tool_request) "
+    "ELSE (SELECT journal_json_of(e.data) ->> 'tool_calls' FROM events AS e "
+    "WHERE e.session_id = ?1 AND e.seq = u.tool_request) "
     "END, "
     "stream_key = CASE WHEN u.clear_stream <> 0 THEN NULL ELSE t.stream_key END, "
     "end_seq = coalesce(u.end_seq, t.end_seq), "
-    "end_reason = CASE WHEN u.end_seq IS NULL THEN t.end_reason ELSE (SELECT CASE WHEN e.data::json ->> 'reason' "
-    "IN ('complete', 'rejected', 'interrupted') THEN e.data::json ->> 'reason' END "
+    "end_reason = CASE WHEN u.end_seq IS NULL THEN t.end_reason "
+    "ELSE (SELECT CASE WHEN journal_json_of(e.data) ->> 'reason' "
+    "IN ('complete', 'rejected', 'interrupted') THEN journal_json_of(e.data) ->> 'reason' END "
     "FROM events AS e WHERE e.session_id = ?1 AND e.seq = u.end_seq) END "
     "FROM unnest(?2::bigint[], ?3::bigint[], ?4::bigint[], ?5::int[], ?6::text[], ?7::bigint[], ?8::bigint[], "
     "?9::int[], ?10::bigint[]) "
@@ -312,8 +325,10 @@ CHANGE_TURNS = (
 REQUEST_CALLS = (
     "INSERT INTO tool_calls (session_id, call_id, name, requested_seq, state) "
     "SELECT DISTINCT ON (c.value ->> 'id') e.session_id, c.value ->> 'id', c.value ->> 'name', e.seq, 'requested' "
-    "FROM events AS e CROSS JOIN LATERAL json_array_elements(CASE WHEN json_typeof(e.data::json -> 'tool_calls') "
-    "= 'array' THEN e.data::json -> 'tool_calls' ELSE '[]'::json END) WITH ORDINALITY AS c (value, n) "
+    "FROM events AS e CROSS JOIN LATERAL json_array_elements("
+    "CASE WHEN json_typeof(journal_json_of(e.data) -> 'tool_calls') = 'array' "
+    "THEN journal_json_of(e.data) -> 'tool_calls' "
+    "ELSE '[]'::json END) WITH ORDINALITY AS c (value, n) "
     "WHERE e.session_id = ?1 AND e.seq >= ?2 AND e.seq < ?3 AND e.type = 'assistant_message' "
     "AND json_typeof(c.value) = 'object' AND json_typeof(c.value -> 'id') = 'string' "
     "ORDER BY c.value ->> 'id', e.seq, c.n "
@@ -323,8 +338,9 @@ REQUEST_CALLS = (
 )
 DISPATCH_CALLS = (
     "INSERT INTO tool_calls (session_id, call_id, name, dispatch_seq, state, effect, idempotency_key, request_id) "
-    "SELECT session_id, data::json ->> 'id', data::json ->> 'name', seq, 'dispatched', data::json ->> 'effect', "
-    "data::json ->> 'idempotency_key', data::json ->> 'request_id' FROM events "
+    "SELECT session_id, journal_json_of(data) ->> 'id', journal_json_of(data) ->> 'name', seq, 'dispatched', "
+    "journal_json_of(data) ->> 'effect', "
+    "journal_json_of(data) ->> 'idempotency_key', journal_json_of(data) ->> 'request_id' FROM events "
     "WHERE session_id = ?1 AND seq >= ?2 AND seq < ?3 AND type = 'tool_call' ORDER BY seq "
     "ON CONFLICT (session_id, call_id) DO UPDATE SET dispatch_seq = excluded.dispatch_seq, "
     "state = CASE WHEN tool_calls.state = 'requested' THEN 'dispatched' ELSE tool_calls.state END, "
@@ -333,7 +349,8 @@ DISPATCH_CALLS = (
 )
 RESULT_CALLS = (
     "INSERT INTO tool_calls (session_id, call_id, name, result_seq, state) "
-    "SELECT session_id, data::json ->> 'tool_call_id', data::json ->> 'name', seq, 'resolved' FROM events "
+    "SELECT session_id, journal_json_of(data) ->> 'tool_call_id', journal_json_of(data) ->> 'name', seq, 'resolved' "
+    "FROM events "
     "WHERE session_id = ?1 AND seq >= ?2 AND seq < ?3 AND type = 'tool_result' ORDER BY seq "
     "ON CONFLICT (session_id, call_id) DO UPDATE SET result_seq = excluded.result_seq, state = 'resolved'"
 )
