@@ -257,3 +257,47 @@ def test_a_refused_open_never_folds_a_wal_that_was_there_into_the_damaged_file(t
         journal.open(half, readonly=readonly).close()
     after = {name: digest for name, digest in listing(half.parent).items() if not name.endswith("-shm")}
     assert after == before
+
+
+# -- a journal cut short by a few bytes -------------------------------------------------------------
+
+
+@pytest.fixture(params=[1, 1000, 4096], ids=lambda n: f"cut{n}")
+def cut(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
+    """The journal with its last bytes gone: pages SQLite would read as zeros, and build on."""
+    path = _journal_alone(tmp_path)
+    os.truncate(path, path.stat().st_size - request.param)
+    return path
+
+
+@pytest.mark.parametrize("opener", [OPENS["writable"], OPENS["async-writable"]], ids=["writable", "async-writable"])
+def test_a_journal_cut_short_is_refused_by_a_writable_open_and_left_as_it_was(
+    cut: Path, opener: Callable[[Path], Any]
+) -> None:
+    before = listing(cut.parent)
+    with pytest.raises(journal.CorruptJournal) as caught:
+        opener(cut)
+    assert "shorter than its header says" in str(caught.value) and "the file was left untouched" in str(caught.value)
+    assert listing(cut.parent) == before
+
+
+def test_a_journal_cut_short_accepts_no_append_through_the_cli_and_check_names_the_cut(cut: Path) -> None:
+    before = listing(cut.parent)
+    done = cli("recover", "--db", str(cut), cwd=cut.parent)
+    assert_one_line_damage(done, cut)
+    done = cli("check", "--db", str(cut), cwd=cut.parent)
+    assert done.returncode == 1 and "PROBLEMS FOUND" in done.stdout, (done.stdout, done.stderr)
+    assert "bytes shorter than its header says" in done.stdout
+    assert listing(cut.parent) == {k: v for k, v in listing(cut.parent).items() if k in before}
+    assert sha256(cut) == before["j.db"]
+
+
+def test_a_journal_whose_wal_holds_its_last_pages_is_not_cut(tmp_path: Path) -> None:
+    """A writer killed with commits in its -wal: the file may lag its header until the next
+    checkpoint, and that is no damage (SQLite reads those pages from the -wal)."""
+    path = _journal_alone(tmp_path)
+    done = run_child(KILLED_WRITER, str(path))
+    assert done.returncode == 0, done.stderr
+    with journal.open(path) as j:
+        assert len(j.events("s")) == 350 and j.integrity_check() == ["ok"]
+        j.append("s", "user_message", {"content": "after"})

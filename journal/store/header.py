@@ -13,6 +13,7 @@ its cumulative checksums. Nothing here imports apsw (only ``store/sqlite.py`` do
 from __future__ import annotations
 
 import enum
+import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -179,6 +180,30 @@ def hot_journal_original_pages(path: str) -> int | None:
         return -1
     (pages,) = struct.unpack_from(">I", header, 16)
     return int(pages)
+
+
+def missing_bytes(path: str) -> int:
+    """How many bytes the database file at ``path`` lacks of the size its header gives it (0 if
+    none, or if the header's size is not valid, or if its ``-wal`` holds a commit).
+
+    The size in page 1 (offset 28, in pages) is valid when the change counter beside it equals
+    the version it is valid for (offset 92): SQLite writes them together. A file shorter than
+    that was cut (a copy that stopped short, a truncation); its last pages are gone. While the
+    ``-wal`` holds a commit the file may lag its own header (a checkpoint that died after page 1
+    was written back), and SQLite reads those pages from the log, so that is no loss."""
+    with open(path, "rb") as f:
+        prefix = f.read(_PAGE_ONE_PREFIX)
+        size = os.fstat(f.fileno()).st_size
+    if len(prefix) < _PAGE_ONE_PREFIX or prefix[:16] != SQLITE_HEADER:
+        return 0
+    page_size = struct.unpack_from(">H", prefix, 16)[0]
+    page_size = 65536 if page_size == 1 else page_size
+    counter, pages = struct.unpack_from(">II", prefix, 24)
+    valid_for = struct.unpack_from(">I", prefix, 92)[0]
+    short = pages * page_size - size
+    if counter != valid_for or short <= 0 or wal_has_commits(path):
+        return 0
+    return int(short)
 
 
 def committed_page_ones(wal_path: str) -> Iterator[bytes]:

@@ -538,11 +538,16 @@ class SqliteStore(Transactions[apsw.Connection, SqliteDatabase]):
             self._probe()
         self._wal_existed = os.path.lexists(self.path + "-wal")
         flags = apsw.SQLITE_OPEN_READONLY if self.readonly else apsw.SQLITE_OPEN_READWRITE
+        target = self.path
+        if self.readonly and vfs is None and verdict is _header.Verdict.JOURNAL and self._cut_short():
+            # A file cut short (no -wal commit holds its lost pages) has no writer (writable opens
+            # are refused): read it immutable, as the probe did, so no side file is made.
+            target, flags = "file:" + urllib.parse.quote(self.path) + "?immutable=1", flags | apsw.SQLITE_OPEN_URI
         try:
             kwargs: dict[str, Any] = {"flags": flags}
             if vfs is not None:
                 kwargs["vfs"] = vfs
-            conn = apsw.Connection(self.path, **kwargs)
+            conn = apsw.Connection(target, **kwargs)
         except apsw.Error as exc:
             raise self._translate(exc, "open", outcome=WriteOutcome.ABSENT) from exc
         if self.readonly and vfs is None:
@@ -559,12 +564,32 @@ class SqliteStore(Transactions[apsw.Connection, SqliteDatabase]):
             raise NotAJournal(self.path, identity.reason)
         if identity.verdict is _header.Verdict.JOURNAL and identity.user_version > SCHEMA_VERSION:
             raise SchemaTooNew(self.path, identity.user_version, SCHEMA_VERSION)
+        if identity.verdict is _header.Verdict.JOURNAL and not self.readonly:
+            # A cut file reads its lost pages as zeros, and a write would build on them: refused
+            # before SQLite opens it. A read-only open reads what is left (`journal check`).
+            try:
+                missing = _header.missing_bytes(self.path)
+            except OSError as exc:
+                raise JournalIOError("open", WriteOutcome.ABSENT, str(exc)) from exc
+            if missing:
+                raise CorruptJournal(
+                    self.path,
+                    f"the file is {missing} bytes shorter than its header says (cut short: its last pages are "
+                    "gone); the file was left untouched, and `journal check` reads what is left",
+                )
         self._ours = identity.verdict is _header.Verdict.JOURNAL
         return identity.verdict
 
     def _side_files(self) -> tuple[bool, bool]:
         """Whether the -wal and the -shm exist."""
         return os.path.lexists(self.path + "-wal"), os.path.lexists(self.path + "-shm")
+
+    def _cut_short(self) -> bool:
+        """Whether the file is shorter than its header says (``header.missing_bytes``)."""
+        try:
+            return _header.missing_bytes(self.path) > 0
+        except OSError:
+            return False
 
     def _probe(self) -> None:
         """For a read-only open: refuse a journal that cannot be read before a connection exists
@@ -612,7 +637,9 @@ class SqliteStore(Transactions[apsw.Connection, SqliteDatabase]):
             tables = conn.execute("SELECT count(*) FROM sqlite_schema").get
         except (apsw.NotADBError, apsw.CorruptError) as exc:
             if self._ours:
-                raise CorruptJournal(self.path, f"unreadable ({exc}; the file was left untouched)") from exc
+                missing = _header.missing_bytes(self.path) if self._cut_short() else 0
+                cut = f"; it is {missing} bytes shorter than its header says" if missing else ""
+                raise CorruptJournal(self.path, f"unreadable ({exc}{cut}; the file was left untouched)") from exc
             raise NotAJournal(self.path, f"unreadable ({exc})") from exc
         except apsw.Error as exc:
             raise self._translate(exc, "open", outcome=WriteOutcome.ABSENT) from exc
@@ -903,9 +930,20 @@ class SqliteStore(Transactions[apsw.Connection, SqliteDatabase]):
         return conn
 
     def integrity_check(self) -> list[str]:
-        """SQLite's own verdict on the file: ``["ok"]`` when healthy."""
-        with self.read() as db:
-            return [row[0] for row in db.execute("PRAGMA integrity_check")]
+        """SQLite's own verdict on the file: ``["ok"]`` when healthy. A file shorter than its
+        header says (cut short) is damaged whatever the pages left show: that comes first."""
+        missing = 0
+        with contextlib.suppress(OSError):
+            missing = _header.missing_bytes(self.path)
+        cut = [f"the file is {missing} bytes shorter than its header says: its last pages are gone"] if missing else []
+        try:
+            with self.read() as db:
+                verdict = [row[0] for row in db.execute("PRAGMA integrity_check")]
+        except CorruptJournal as exc:
+            if not cut:
+                raise
+            return [*cut, exc.detail]
+        return [*cut, *(line for line in verdict if line != "ok")] if cut else verdict
 
     def size_bytes(self) -> int:
         """The file and its WAL, in bytes."""
