@@ -84,3 +84,68 @@ def test_a_failed_claim_answers_what_its_turn_dispatched_before_closing(j: journ
     assert "MAY have run" in result.data["content"]
     assert j.scan().clean and j.provider_view(s).missing == ()
     assert j.plan(s) == []
+
+
+def test_a_plain_append_of_turn_end_that_would_close_a_turn_owing_a_result_is_refused(j: journal.Journal) -> None:
+    s = j.create_session().id
+    turn = _dispatched_turn(j, s)
+    before = j.events(s)
+    end = {"turn": turn.turn, "steps": 1, "reason": "complete"}
+    with pytest.raises(TurnOwesResults):
+        j.append(s, "turn_end", end)
+    with pytest.raises(TurnOwesResults):
+        j.append_many(s, [("user_message", {"content": "and?"}), ("turn_end", end)])
+    assert j.events(s) == before  # the batch is one transaction: its first item is not written either
+    j.append_many(s, [("tool_result", {"tool_call_id": "c1", "content": "paid"}), ("turn_end", end)])
+    assert j.scan().clean and j.provider_view(s).missing == ()
+
+
+@pytest.mark.parametrize("answered", [True, False], ids=["answered", "owing"])
+def test_a_batch_that_dispatches_and_ends_its_own_turn_is_refused_unless_it_answers(
+    j: journal.Journal, answered: bool
+) -> None:
+    s = j.create_session().id
+    batch = [
+        ("turn_start", {"turn": 1}),
+        ("assistant_message", {"content": "", "tool_calls": [PAY]}),
+        ("tool_call", {"id": "c1", "name": "pay"}),
+        *([("tool_result", {"tool_call_id": "c1", "content": "paid"})] if answered else []),
+        ("turn_end", {"turn": 1, "steps": 0, "reason": "complete"}),
+        ("user_message", {"content": "next"}),
+    ]
+    if answered:
+        assert len(j.append_many(s, batch)) == len(batch)
+        assert j.scan().clean
+    else:
+        with pytest.raises(TurnOwesResults):
+            j.append_many(s, batch)
+        assert j.events(s) == [] and j.scan().clean
+
+
+def test_the_async_face_and_the_cli_refuse_the_same_plain_turn_end(db_path, tmp_path) -> None:
+    import asyncio
+    import json
+    import subprocess
+    import sys
+
+    import journal.aio
+
+    with journal.open(db_path) as j:
+        s = j.create_session("s").id
+        _dispatched_turn(j, s)
+        count = len(j.events(s))
+    end = {"turn": 1, "steps": 1, "reason": "complete"}
+
+    async def plain() -> None:
+        async with journal.aio.open(db_path) as aj:
+            with pytest.raises(TurnOwesResults):
+                await aj.append(s, "turn_end", end)
+
+    asyncio.run(plain())
+    done = subprocess.run(
+        [sys.executable, "-m", "journal.cli", "append", s, "turn_end", json.dumps(end), "--db", str(db_path)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1 and "cannot end while the calls it dispatched" in done.stderr, done.stderr
+    with journal.open(db_path) as j:
+        assert len(j.events(s)) == count and [t.session_id for t in j.scan().open_turns] == [s]
