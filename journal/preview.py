@@ -19,6 +19,7 @@ from journal.codec import check_int
 from journal.lineage import chain_txn, next_seq_txn
 from journal.model import Event
 from journal.store import Database, Store
+from journal.store.statements import PREVIEW_STRUCTURE, STRUCTURE_FIELDS
 
 FIELDS_MAX = 64  # fields of one event a preview reads (and calls of one tool_calls list)
 CHARS_MAX = 100_000
@@ -114,10 +115,10 @@ def previews_at_txn(db: Database, session_id: str, owner: str, seqs: list[int], 
 
 
 def _preview(session_id: str, row: tuple[Any, ...], chars: int) -> Preview:
-    seq, type_, time_ms, size, fields = row
+    seq, type_, time_ms, size, fields, whole = row
     data: dict[str, Any] = {}
     cut: list[str] = []
-    items = json.loads(fields or "[]")
+    items = json.loads(fields) if whole is None else _cut_fields(json.loads(whole), chars)
     omitted = max(len(items) - FIELDS_MAX, 0)
     for key, value, was_cut in items[:FIELDS_MAX]:
         if key == "tool_calls" and isinstance(value, list):
@@ -128,6 +129,44 @@ def _preview(session_id: str, row: tuple[Any, ...], chars: int) -> Preview:
                 value = Clipped(value)
         data[key] = value
     return Preview(session_id, seq, type_, time_ms, size, data, tuple(cut), omitted)
+
+
+def _cut_fields(data: dict[str, Any], chars: int) -> list[list[Any]]:
+    """The ``[key, value, cut]`` items the previews statement makes of an event's data, made in
+    Python: for an event whose text holds a NUL, which the database's text functions cannot
+    cut (SQLite ends a string at it, PostgreSQL's json operators refuse it). The same rules."""
+    structure = max(chars, PREVIEW_STRUCTURE)
+    items: list[list[Any]] = []
+    for key, value in list(data.items())[: FIELDS_MAX + 1]:
+        limit = structure if key in STRUCTURE_FIELDS else chars
+        text = value if isinstance(value, str) else _json(value) if isinstance(value, (dict, list)) else None
+        if key == "tool_calls" and isinstance(value, list):
+            out: Any = [_cut_call(c, chars, structure) for c in value[:FIELDS_MAX]]
+        elif text is not None and len(text) > limit:
+            out = text[:limit]
+        else:
+            out = value
+        items.append([key[:structure], out, text is not None and len(text) > limit])
+    return items
+
+
+def _cut_call(call: Any, chars: int, structure: int) -> Any:
+    if not isinstance(call, dict):
+        return None
+    out: dict[str, Any] = {}
+    for name in ("id", "name"):
+        value = call.get(name)
+        out[name] = value[:structure] if isinstance(value, str) else value
+    arguments = call.get("arguments")
+    text = None if "arguments" not in call else _json(arguments)
+    cut = text is not None and len(text) > chars
+    out["arguments"] = text[:chars] if cut and text is not None else arguments
+    out["cut"] = cut
+    return out
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _call(call: Any) -> Any:

@@ -18,10 +18,12 @@ from journal.store.statements import PREVIEW_STRUCTURE, STRUCTURE_SQL, Statement
 # first ?5 calls: each one's id, name and arguments (cut; ``cut`` 1 when its arguments were).
 # Only text is cut to ?4: the structure the messages view folds (a field's key, a call's id and
 # name, statements.STRUCTURE_FIELDS) is cut at no fewer than PREVIEW_STRUCTURE characters (a
-# call id's limit), so a cut read is the same messages, their text cut.
+# call id's limit), so a cut read is the same messages, their text cut. An event whose text holds
+# the escape of U+0000 comes whole instead (the last column; its fields NULL): SQLite's text
+# functions end a string at a NUL, so journal.preview cuts it in Python.
 _PREVIEW_COLUMNS = """\
 SELECT e.seq, e.type, e.time_ms, octet_length(e.data),
-  (SELECT json_group_array(json_array(substr(f.key, 1, max(?4, 512)), CASE
+  CASE WHEN instr(e.data, '\\u0000') = 0 THEN (SELECT json_group_array(json_array(substr(f.key, 1, max(?4, 512)), CASE
      WHEN f.calls IS NOT NULL THEN
        json((SELECT json_group_array(CASE WHEN c.type = 'object' THEN json_object(
            'id', substr(c.id, 1, max(?4, 512)), 'name', substr(c.name, 1, max(?4, 512)),
@@ -40,7 +42,8 @@ SELECT e.seq, e.type, e.time_ms, octet_length(e.data),
                 CASE WHEN type IN ('text', 'object', 'array') THEN substr(value, 1, lim + 1) ELSE value END AS head,
                 CASE WHEN key = 'tool_calls' AND type = 'array' THEN value END AS calls
          FROM (SELECT key, type, value, CASE WHEN key IN STRUCTURE THEN max(?4, 512) ELSE ?4 END AS lim
-               FROM json_each(e.data) LIMIT ?5 + 1)) AS f)
+               FROM json_each(e.data) LIMIT ?5 + 1)) AS f) END,
+  CASE WHEN instr(e.data, '\\u0000') > 0 THEN e.data END
 """.replace("STRUCTURE", STRUCTURE_SQL).replace("512", str(PREVIEW_STRUCTURE))
 PREVIEWS_SQL = (
     _PREVIEW_COLUMNS + "FROM events AS e WHERE e.session_id = ?1 AND e.seq >= ?2 AND e.seq < ?3 ORDER BY e.seq"

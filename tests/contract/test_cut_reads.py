@@ -18,7 +18,7 @@ import journal
 from journal.model import Risk
 from journal.pure.plan import synthetic_result_data
 
-TEXT = st.text(alphabet="ab\u00e9\u4e2d ", max_size=30)
+TEXT = st.text(alphabet="ab\u00e9\u4e2d \x00", max_size=30)  # a NUL too: cut in Python, as SQL would
 IDS = st.text(alphabet="abcdefghij_0123456789", min_size=1, max_size=40)
 STOPS = st.sampled_from(["stop", "tool_use", "length", "aborted", "error", None])
 

@@ -12,6 +12,7 @@ import pytest
 
 import journal
 from journal import InvalidEvent, Risk
+from journal.preview import Clipped
 
 NUL = "\x00"
 ODD_ID = "call\\u0000x"  # a backslash, then "u0000": not a NUL, and never read as one
@@ -72,3 +73,23 @@ def test_a_nul_in_a_call_id_or_a_meta_value_is_still_refused_before_anything_is_
     with pytest.raises(InvalidEvent):
         j.append(s, "tool_call", {"id": f"c{NUL}1", "name": "pay"})
     assert j.events(s) == []
+
+
+def test_a_cut_read_keeps_a_nul_and_cuts_around_it(j: journal.Journal) -> None:
+    s = j.create_session().id
+    j.append_many(s, [
+        ("user_message", {"content": f"ab{NUL}cd", "metadata": {f"{NUL}k": f"v{NUL}w"}}),
+        ("assistant_message", {"content": "", "tool_calls": [
+            {"id": "c1", "name": "read", "arguments": {"path": f"x{NUL}" + "y" * 50}}]}),
+        ("tool_result", {"tool_call_id": "c1", "content": f"{NUL}" * 10}),
+    ])  # fmt: skip
+    whole = [p.data for p in j.previews(s, chars=2000)]
+    assert whole == [e.data for e in j.events(s)]
+    short = j.previews(s, chars=3)
+    assert short[0].data["content"] == f"ab{NUL}" and short[0].cut == ("content",)
+    assert isinstance(short[0].data["content"], Clipped)
+    (call,) = short[1].data["tool_calls"]
+    assert call["id"] == "c1" and isinstance(call["arguments"], Clipped) and len(call["arguments"]) == 3
+    assert short[2].data["tool_call_id"] == "c1" and short[2].data["content"] == NUL * 3
+    assert [m.content for m in j.messages(s, tail=3, chars=3)] == [f"ab{NUL}", "", NUL * 3]
+    assert j.provider_view(s, tail=3, chars=3).missing == ()
