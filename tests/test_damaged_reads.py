@@ -301,3 +301,25 @@ def test_a_journal_whose_wal_holds_its_last_pages_is_not_cut(tmp_path: Path) -> 
     with journal.open(path) as j:
         assert len(j.events("s")) == 350 and j.integrity_check() == ["ok"]
         j.append("s", "user_message", {"content": "after"})
+
+
+@pytest.mark.parametrize("read", [*READS.values(), lambda j: j.tool_stats()], ids=[*READS.keys(), "tool_stats"])
+def test_a_read_only_read_of_a_journal_cut_short_reads_or_raises_corrupt_journal(
+    cut: Path, read: Callable[[journal.Journal], Any]
+) -> None:
+    """The pages a cut took read as zeros: a row there is not JSON (Python's decoder or
+    SQLite's JSON functions meet it). That is damage, said as such, never the decoder's error."""
+    before = listing(cut.parent)
+    try:
+        with journal.open(cut, readonly=True) as j:
+            read(j)
+    except journal.CorruptJournal as exc:
+        assert exc.path == str(cut) and "is damaged" in str(exc)
+    assert listing(cut.parent) == before
+
+
+@pytest.mark.parametrize("args", [["show", "s"], ["export"], ["tail", "s"]], ids=lambda a: a[0])
+def test_the_cli_reads_a_journal_cut_short_or_refuses_it_in_one_line(cut: Path, args: list[str]) -> None:
+    done = cli(*args, "--db", str(cut), cwd=cut.parent)
+    if done.returncode != 0:
+        assert_one_line_damage(done, cut)

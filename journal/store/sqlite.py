@@ -288,7 +288,19 @@ def _translate(
         return JournalClosed()
     if isinstance(exc, apsw.ConstraintError):
         return _refused(exc, operation)
+    if isinstance(exc, apsw.SQLError) and "malformed JSON" in str(exc):
+        # The schema's CHECKs hold every stored JSON text valid (json_valid): one that is not is
+        # damage (a page lost to a cut file reads as zeros), met by a JSON function of a read.
+        return CorruptJournal(
+            path, f"a stored JSON text is malformed during {operation}; `journal check` lists the damage"
+        )
     return JournalIOError(operation, outcome, f"{type(exc).__name__}: {exc}")
+
+
+def _undecodable(path: str, exc: json.JSONDecodeError) -> CorruptJournal:
+    """A stored row read back that is not the JSON the schema's CHECKs let in: the file is
+    damaged (a page lost to a cut file reads as zeros)."""
+    return CorruptJournal(path, f"a stored row is not JSON ({exc.msg}); `journal check` lists the damage")
 
 
 def _refused(exc: apsw.ConstraintError, operation: str) -> SchemaViolation:
@@ -891,7 +903,10 @@ class SqliteStore(Transactions[apsw.Connection, SqliteDatabase]):
             conn = self._checked()
             inside = self._in_txn or conn.in_transaction  # (not narrowed: BEGIN below changes it)
             if inside:
-                yield SqliteDatabase(conn, self.path)
+                try:
+                    yield SqliteDatabase(conn, self.path)
+                except json.JSONDecodeError as exc:
+                    raise _undecodable(self.path, exc) from exc
                 return
             try:
                 conn.execute("BEGIN")
@@ -899,6 +914,8 @@ class SqliteStore(Transactions[apsw.Connection, SqliteDatabase]):
                     yield SqliteDatabase(conn, self.path)
                 except _UNBINDABLE as exc:
                     raise _unbindable(exc) from exc
+                except json.JSONDecodeError as exc:
+                    raise _undecodable(self.path, exc) from exc
                 finally:
                     if conn.in_transaction:
                         conn.execute("COMMIT")
