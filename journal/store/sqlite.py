@@ -300,7 +300,7 @@ def _translate(
 def _undecodable(path: str, exc: json.JSONDecodeError) -> CorruptJournal:
     """A stored row read back that is not the JSON the schema's CHECKs let in: the file is
     damaged (a page lost to a cut file reads as zeros)."""
-    return CorruptJournal(path, f"a stored row is not JSON ({exc.msg}); `journal check` lists the damage")
+    return CorruptJournal(path, f"a row cannot be read back (not JSON: {exc.msg}); `journal check` lists the damage")
 
 
 def _refused(exc: apsw.ConstraintError, operation: str) -> SchemaViolation:
