@@ -91,14 +91,3 @@ class Raw:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def append_as_imported(j: Any, session_id: str, type_: str, data: dict[str, Any]) -> None:
-    """Append one event as an import writes it: validated and keyed (G5, G6) like any append, but
-    without the appends' reads of the turn (a dispatch inside an open turn, a turn_end that owes
-    no result). Logs older versions made, or other writers, can hold what those reads refuse
-    today (a turn closed owing a dispatched call's result); recovery must read them right."""
-    from journal.model import now_ms
-
-    with j._store.write("import", sessions=(session_id,)) as db:
-        j._log.append_txn(db, session_id, type_, data, now_ms())

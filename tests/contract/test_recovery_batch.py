@@ -20,7 +20,6 @@ import journal
 from journal.pure import plan as pure
 from journal.recovery_batch import recover_common_txn
 from tests.conftest import python_child, release_together, run_child
-from tests.raw import append_as_imported
 from tests.strategies import appendable_items
 
 _items = appendable_items(("c1", "c2", "c3", "c4"), max_calls=3, named=True)
@@ -31,8 +30,6 @@ def _write(j: journal.Journal, session_id: str, items: list) -> None:
     for type_, data in items:
         try:
             j.append(session_id, type_, data)
-        except journal.TurnOwesResults:
-            append_as_imported(j, session_id, type_, data)  # a turn closed owing a result, as older logs hold
         except (journal.ResultExists, journal.AlreadyDispatched, journal.NoOpenTurn):
             pass  # a second result or dispatch (G5), a dispatch outside a turn: not these tests
 

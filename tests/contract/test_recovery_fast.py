@@ -21,12 +21,11 @@ from hypothesis import strategies as st
 
 import journal
 from journal import recovery as recovery_module
-from journal import recovery_batch, transfer
+from journal import recovery_batch
 from journal.codec import _to_text
 from journal.model import Risk
 from journal.pure import plan as pure
 from journal.recovery import Recovery
-from tests.raw import append_as_imported
 from tests.strategies import interrupted_logs
 
 _CLOCK_MS = 1_700_000_000_000
@@ -37,8 +36,6 @@ def _write(j: journal.Journal, session_id: str, items: list) -> None:
     for type_, data in items:
         try:
             j.append(session_id, type_, data)
-        except journal.TurnOwesResults:
-            append_as_imported(j, session_id, type_, data)  # a turn closed owing a result, as older logs hold
         except (journal.ResultExists, journal.AlreadyDispatched, journal.NoOpenTurn):
             pass  # a second result or dispatch (G5), a dispatch outside a turn: not these tests
 
@@ -191,23 +188,11 @@ def test_g8_what_the_set_based_path_does_not_cover_goes_to_the_planner_in_the_sa
     assert fast_reads == 1  # the planner read only the session it had to
 
 
-def _imported(j: journal.Journal, session_id: str, items: list) -> str:
-    """A session holding ``items`` as they are, written by import: a log an older version (or
-    another writer) made that the appends refuse today, such as a turn closed owing a result."""
-    lines = [json.dumps({"session": {"id": session_id, "meta": None, "created_ms": _CLOCK_MS}})]
-    for seq, (type_, data) in enumerate(items):
-        event = {"session_id": session_id, "seq": seq, "type": type_, "data": data, "time_ms": _CLOCK_MS}
-        lines.append(json.dumps({"event": event}))
-    transfer.import_lines(j, lines)
-    return session_id
-
-
 def test_g8_a_fork_is_recovered_by_the_planner_with_what_it_inherits(tmp_path) -> None:
     with journal.open(tmp_path / "j.db", durability="normal") as j:
-        parent = _imported(j, "p", [  # a turn closed while its dispatch of b is unanswered
-            ("turn_start", {"turn": 1}), _DISPATCHED[3], ("tool_call", {"id": "b", "name": "pay"}),
-            ("turn_end", {"turn": 1, "steps": 0, "reason": "complete"}),
-        ])  # fmt: skip
+        parent = j.create_session("p").id
+        _write(j, parent, [("turn_start", {"turn": 1}), _DISPATCHED[3], ("tool_call", {"id": "b", "name": "pay"}),
+                           ("turn_end", {"turn": 1, "steps": 0, "reason": "complete"})])  # fmt: skip
         fork = j.fork(parent, "last", id="f").id
         _write(j, fork, [("turn_start", {"turn": 2}), _DISPATCHED[3]])  # b and a again: seen in the parent
         planned = [(r.type, r.data) for r in pure.plan(j.events(fork))]
