@@ -34,7 +34,6 @@ from journal.errors import (
     ResultExists,
     SchemaViolation,
     SessionExists,
-    TurnOwesResults,
 )
 from journal.lineage import (
     chain_txn,
@@ -49,7 +48,7 @@ from journal.model import now_ms as now_ms
 from journal.results import call_seqs_txn, dispatch_seq_txn, result_seq_txn, same_result
 from journal.store import INSERT_EVENT, Database, EventRow, Statements, Store, UniqueViolation
 from journal.store.groupcommit import GroupCommit
-from journal.turns import open_turn_at_txn, open_turn_txn, own_turn_txn, unanswered_dispatches_txn
+from journal.turns import open_turn_at_txn, open_turn_txn, own_turn_txn
 
 _SESSION_ID = re.compile(r"[\x21-\x7e]{1,256}")
 _INSERT = INSERT_EVENT  # the store's one text of it (journal.store.base)
@@ -123,26 +122,13 @@ def _plain_row(session_id: str, seq: int | None, type_: str, text: str, time_ms:
     """The row of an append (no key, no expected count) that inserts it alone, with nothing to
     read first, given the guess of the session's next seq: what a writer may insert with others
     in one statement. ``None`` without a guess, or for a dispatch or a result (their own
-    statements: ``_fast_insert``) or a ``turn_end`` (it reads first)."""
-    return None if seq is None or type_ in _CHECKED else (session_id, seq, type_, text, time_ms)
-
-
-# The types whose plain append reads before it writes (``check_dispatch_in_turn_txn``).
-_CHECKED = frozenset({"tool_result", "tool_call", "turn_end"})
+    statements: ``_fast_insert``)."""
+    return None if seq is None or type_ in _FAST_TYPES else (session_id, seq, type_, text, time_ms)
 
 
 def check_dispatch_in_turn_txn(db: Database, session_id: str, type_: str, data: dict[str, Any]) -> None:
     """A ``tool_call`` (a dispatch) written by a plain append needs an open turn in its session:
-    recovery closes turns, so a call dispatched outside one would stay owed forever. For the
-    same reason a ``turn_end`` may not close a turn while a call it dispatched has no result
-    (``TurnOwesResults``)."""
-    if type_ == "turn_end":
-        start = open_turn_txn(db, session_id)
-        owed = unanswered_dispatches_txn(db, session_id, start) if start is not None else []
-        if owed:
-            assert start is not None
-            raise TurnOwesResults(session_id, start, tuple(call_id for call_id, _name in owed))
-        return
+    recovery closes turns, so a call dispatched outside one would stay owed forever."""
     if type_ == "tool_call" and open_turn_txn(db, session_id) is None:
         next_seq_txn(db, session_id)  # SessionNotFound first
         dispatched = dispatch_seq_txn(db, session_id, data["id"])
@@ -183,7 +169,6 @@ def _reads_settled_txn(
     the open turns' starts when they were read (the derived-state plan starts from them)."""
     results: list[str] = []
     dispatches: list[str] = []
-    ends = False
     for (type_, _text, key), copy in zip(encoded, copies, strict=True):
         if key is not None:
             return False, None
@@ -191,12 +176,6 @@ def _reads_settled_txn(
             results.append(copy["tool_call_id"])
         elif type_ == "tool_call":
             dispatches.append(copy["id"])
-        elif type_ == "turn_end":
-            ends = True
-    if ends:
-        start = open_turn_txn(db, session_id)
-        if start is not None and unanswered_dispatches_txn(db, session_id, start):
-            return False, None  # a turn_end may find its turn owing a result: its own read says
     if not results and not dispatches:
         return True, None
     if len(set(results)) < len(results) or len(set(dispatches)) < len(dispatches):
@@ -210,22 +189,14 @@ def _reads_settled_txn(
     if any(known.get(c, (None, None))[0] is not None for c in dispatches):
         return False, None
     starts = _open_turn_starts_txn(db, session_id)
-    owing: list[set[str]] = [set() for _ in starts]  # each open turn's calls dispatched here, unanswered
-    for (type_, _text, _key), copy in zip(encoded, copies, strict=True):  # as the trigger keeps turns
+    open_turns = len(starts)
+    for type_, _text, _key in encoded:  # the turn journal as the schema's trigger keeps it
         if type_ == "turn_start":
-            owing.append(set())
+            open_turns += 1
         elif type_ == "turn_end":
-            if owing and owing[-1]:
-                return False, None  # TurnOwesResults: the item's own read says so
-            if owing:
-                owing.pop()
-        elif type_ == "tool_call":
-            if not owing:
-                return False, None  # NoOpenTurn, or AlreadyDispatched: the item's own read says which
-            owing[-1].add(copy["id"])
-        elif type_ == "tool_result":
-            for calls in owing:
-                calls.discard(copy["tool_call_id"])
+            open_turns = max(open_turns - 1, 0)
+        elif type_ == "tool_call" and not open_turns:
+            return False, None  # NoOpenTurn, or AlreadyDispatched: the item's own read says which
     return True, starts
 
 
@@ -393,12 +364,7 @@ class Log:
         time_ms = now_ms()
         guesses = self._store.next_seqs
         seq = guesses.get(session_id)
-        if (
-            seq is not None
-            and expected_count is None
-            and type != "turn_end"
-            and (key is None or type not in _FAST_TYPES)
-        ):
+        if seq is not None and expected_count is None and (key is None or type not in _FAST_TYPES):
             # The common case: this connection wrote the session's last event, so the INSERT
             # alone is the whole transaction. The schema's contiguity trigger refuses a stale seq
             # (another connection appended since); a dispatch or result of a fork, or a dispatch
@@ -431,7 +397,7 @@ class Log:
                 if count != expected_count:
                     raise CountMismatch(session_id, expected_count, count)
             seq = db.next_seqs.get(session_id, guesses.get(session_id))
-            if seq is None or type in _CHECKED or key is not None or expected_count is not None:
+            if seq is None or type in _GUARDED or key is not None or expected_count is not None:
                 check_dispatch_in_turn_txn(db, session_id, type, copy)
                 seq = self.append_text_txn(db, session_id, type, text, time_ms, call_id=call_id_of(type, copy), key=key)
             else:
@@ -560,7 +526,7 @@ class Log:
             run.clear()
 
         for i, (type_, text, key) in enumerate(encoded):
-            if settled or (key is None and type_ not in _CHECKED):
+            if settled or (key is None and type_ not in _GUARDED):
                 run.append(i)
                 continue
             flush()
