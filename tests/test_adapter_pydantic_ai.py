@@ -449,3 +449,35 @@ def test_a_stored_answer_is_not_projected_again_and_adjacent_requests_merge_as_p
     then = ModelRequest(parts=[UserPromptPart("and then?")])
     merged = project(_events(derive(0, _PROMPT), derive(1, _ASK), derive(2, answer), derive(3, then))).messages
     assert len(merged) == 3 and merged[2].parts == [*answer.parts, *then.parts]
+
+
+def test_a_deferred_tool_ends_the_run_with_its_call_owed_and_its_result_lands_on_resume(target: str) -> None:
+    """A tool that defers (``CallDeferred``: a human approves later) was dispatched; the run ends
+    with ``DeferredToolRequests``. The turn closes with the call owed — not a crash, so nothing is
+    invented for it — and the scan and the provider view say it is owed until the resumed run
+    brings its result."""
+    from pydantic_ai import CallDeferred, DeferredToolRequests, DeferredToolResults
+
+    def asker(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if any(isinstance(p, ToolReturnPart) for m in messages if isinstance(m, ModelRequest) for p in m.parts):
+            return ModelResponse(parts=[TextPart("approved")])
+        return ModelResponse(parts=[ToolCallPart("ask", {"q": "ok?"}, tool_call_id="ask-1")])
+
+    agent: Agent[None, Any] = Agent(FunctionModel(asker), name="hitl", output_type=[str, DeferredToolRequests])
+
+    @agent.tool_plain
+    def ask(q: str) -> str:
+        raise CallDeferred()
+
+    jagent = JournalAgent(agent, target)
+    first = jagent.run_sync("go", session_id="c1")
+    assert isinstance(first.output, DeferredToolRequests)
+    j = jagent.journal
+    assert isinstance(j, journal.Journal)
+    sid = journal_session_id("c1")
+    assert j.scan().open_turns == () and [c.call_id for c in j.scan().pending_calls] == ["ask-1"]
+    assert [m.tool_call_id for m in j.provider_view(sid).missing] == ["ask-1"]
+    assert all(not r.appended for r in j.recover())  # a closed turn: nothing to repair
+    second = jagent.run_sync(session_id="c1", deferred_tool_results=DeferredToolResults(calls={"ask-1": "yes"}))
+    assert second.output == "approved"
+    assert j.scan().clean and j.provider_view(sid).missing == ()

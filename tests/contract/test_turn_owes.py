@@ -84,3 +84,20 @@ def test_a_failed_claim_answers_what_its_turn_dispatched_before_closing(j: journ
     assert "MAY have run" in result.data["content"]
     assert j.scan().clean and j.provider_view(s).missing == ()
     assert j.plan(s) == []
+
+
+def test_a_plain_turn_end_may_close_a_turn_whose_call_awaits_its_result_and_every_face_says_so(
+    j: journal.Journal,
+) -> None:
+    """A framework's run may end with a call handed out and its result to come later (a deferred
+    or long-running tool): its adapter appends the turn_end as it is. Nothing is invented: the
+    call is listed owed by the scan and the provider view, recovery leaves the closed turn alone,
+    and the result is appended when it comes."""
+    s = j.create_session().id
+    turn = _dispatched_turn(j, s)
+    j.append(s, "turn_end", {"turn": turn.turn, "steps": 1, "reason": "complete"})
+    assert j.scan().open_turns == () and [c.call_id for c in j.scan().pending_calls] == ["c1"]
+    assert [m.tool_call_id for m in j.provider_view(s).missing] == ["c1"]
+    assert j.plan(s) == [] and all(not r.appended for r in j.recover())
+    j.put_result(s, "c1", "approved and paid")
+    assert j.scan().clean and j.provider_view(s).missing == ()
