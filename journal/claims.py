@@ -153,7 +153,7 @@ class Claims:
             if sub.turn_start_seq is not None:
                 self._turns.close_txn(
                     db, sub.session_id, sub.turn_start_seq, now,
-                    reason=TurnEndReason.REJECTED.value, step_outcome=StepOutcome.ERROR.value, source="fail",
+                    reason=TurnEndReason.REJECTED.value, step_outcome=StepOutcome.ERROR.value,
                 )  # fmt: skip
             _queue.transition_txn(
                 db,

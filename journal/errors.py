@@ -399,26 +399,6 @@ class UnansweredCalls(JournalError):
         )
 
 
-class TurnOwesResults(UnansweredCalls):
-    """A turn was asked to end while calls it dispatched still have no result.
-
-    Ending it would close a turn that owes a result, which recovery leaves untouched (a closed
-    turn is not a crash), so the call would stay unanswered for good. Nothing was written; the
-    turn is still open."""
-
-    def __init__(self, session_id: str, start_seq: int, call_ids: tuple[str, ...]) -> None:
-        JournalError.__init__(self, session_id, start_seq, tuple(call_ids))
-        self.session_id, self.start_seq, self.call_ids = session_id, start_seq, tuple(call_ids)
-
-    def message(self) -> str:
-        calls = _listed(self.call_ids)
-        return (
-            f"session {_q(self.session_id)}: the turn started at seq {self.start_seq} cannot end while the "
-            f"calls it dispatched, {calls}, have no result: record each result (put_result), or leave the "
-            "turn open for recover() to close honestly (they MAY have run)"
-        )
-
-
 class CountMismatch(JournalError):
     """A conditional append (``expected_count=``) found the session holding another number of
     events: someone appended first. Nothing was written."""

@@ -215,13 +215,7 @@ class _Act:
         if turn is not None:
             complete, ok = TurnEndReason.COMPLETE.value, StepOutcome.OK.value
             closed = self.parts._turns.close_txn(
-                self.db,
-                self.sub.session_id,
-                turn.start_seq,
-                self.now,
-                reason=complete,
-                step_outcome=ok,
-                source="reconciler",
+                self.db, self.sub.session_id, turn.start_seq, self.now, reason=complete, step_outcome=ok
             )
             self.appended.extend(closed)
         self._leave_running(SubmissionState.COMPLETED, outcome)

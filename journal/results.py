@@ -83,7 +83,8 @@ class Dispatch:
 
     def __exit__(self, *exc_info: object) -> None:
         # A tool that raised (or never reported) leaves its call dispatched without a result:
-        # that is the honest record ("it may have run"), and recovery will say so.
+        # that is the honest record ("it may have run"). A raise leaves the turn open too, and
+        # recovery says so; a turn closed since lists the call owed until its result comes.
         return None
 
 

@@ -18,10 +18,9 @@ import attrs
 
 from journal import lineage
 from journal.codec import MAX_STREAM_KEY, check_id, check_text
-from journal.errors import InvalidArgument, LeaseLost, NoOpenTurn, OpenTurnError, TurnHeld, TurnOwesResults
-from journal.model import Event, Phase, Risk, StepOutcome, SubmissionState, TurnEndReason, now_ms
+from journal.errors import InvalidArgument, LeaseLost, NoOpenTurn, OpenTurnError, TurnHeld
+from journal.model import Event, Phase, StepOutcome, SubmissionState, TurnEndReason, now_ms
 from journal.owners import held_elsewhere, lease_owner
-from journal.pure.plan import synthetic_result_data
 from journal.store import Database, Statements, Store
 
 if TYPE_CHECKING:
@@ -115,17 +114,6 @@ def turn_before_txn(db: Database, session_id: str, seq: int) -> tuple[int, int |
     events started at or before ``seq``, or ``None``."""
     row = db.one(_TURN_BEFORE, (session_id, seq))
     return None if row is None else (row[0], row[1], row[2], row[3])
-
-
-def unanswered_dispatches_txn(db: Database, session_id: str, start_seq: int) -> list[tuple[str, str | None]]:
-    """``(call_id, name)`` of each call the session dispatched after ``start_seq`` that has no
-    result yet, in dispatch order (the partial index of dispatched calls)."""
-    rows = db.execute(
-        "SELECT call_id, name FROM tool_calls WHERE session_id = ? AND state = 'dispatched' AND dispatch_seq > ? "
-        "ORDER BY dispatch_seq",
-        (session_id, start_seq),
-    )
-    return [(row[0], row[1]) for row in rows]
 
 
 def open_turn_at_txn(db: Database, session_id: str, boundary: int) -> int | None:
@@ -343,22 +331,9 @@ class Turns:
         )
 
     def close_txn(
-        self,
-        db: Database,
-        session_id: str,
-        start_seq: int,
-        time_ms: int,
-        *,
-        reason: str,
-        step_outcome: str,
-        source: str,
+        self, db: Database, session_id: str, start_seq: int, time_ms: int, *, reason: str, step_outcome: str
     ) -> list[Event]:
-        """Close an open turn: its open step with ``step_outcome``, a synthetic result (it MAY
-        have run) for each call it dispatched that has no result, then the turn with ``reason``.
-
-        A closed turn is never recovered, so a call it still owed would stay unanswered for good
-        (the scan listing it, the provider view missing it); answering it here is what recovery
-        would have said."""
+        """Close an open turn: its open step with ``step_outcome``, then the turn with ``reason``."""
         row = turn_row_txn(db, session_id, start_seq, open_only=True)
         if row is None:
             return []
@@ -366,9 +341,6 @@ class Turns:
         if row.step_open:
             data = {"turn": row.turn, "step": row.steps, "outcome": step_outcome}
             out.append(self._log.append_txn(db, session_id, "step_end", data, time_ms))
-        for call_id, name in unanswered_dispatches_txn(db, session_id, start_seq):
-            result = synthetic_result_data(call_id, name, Risk.TOOL_OUTCOME_UNKNOWN, source=source)
-            out.append(self._log.append_txn(db, session_id, "tool_result", result, time_ms))
         data = {"turn": row.turn, "steps": row.steps, "reason": reason}
         out.append(self._log.append_txn(db, session_id, "turn_end", data, time_ms))
         return out
@@ -535,9 +507,6 @@ class Turns:
             row = self._held_txn(db, turn)
             if row.step_open:
                 raise OpenTurnError(turn.start_seq, f"step {row.steps} is still open: end it first")
-            owed = unanswered_dispatches_txn(db, turn.session_id, turn.start_seq)
-            if owed:
-                raise TurnOwesResults(turn.session_id, turn.start_seq, tuple(call_id for call_id, _name in owed))
             data = {"turn": turn.turn, "steps": row.steps, "reason": reason}
             event = self._log.append_txn(db, turn.session_id, "turn_end", data, time_ms)
             if turn.submission_id is not None:
