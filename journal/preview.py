@@ -39,7 +39,7 @@ class Preview:
     ``data`` holds its first ``FIELDS_MAX`` fields, each string cut to the read's ``chars``
     characters (a ``Clipped`` then) and each object or array kept whole if its JSON text fits,
     else its JSON text cut (a ``Clipped``); ``tool_calls`` keeps each call's ``id``, ``name`` and
-    ``arguments``. ``cut`` names the fields that were cut, ``omitted`` counts the fields left
+    ``arguments``; a ``metadata`` too long to keep whole keeps its ``synthetic`` and ``risk``. ``cut`` names the fields that were cut, ``omitted`` counts the fields left
     out (at least that many), ``size`` is the stored event's size in bytes."""
 
     session_id: str
@@ -142,6 +142,8 @@ def _cut_fields(data: dict[str, Any], chars: int) -> list[list[Any]]:
         text = value if isinstance(value, str) else _json(value) if isinstance(value, (dict, list)) else None
         if key == "tool_calls" and isinstance(value, list):
             out: Any = [_cut_call(c, chars, structure) for c in value[:FIELDS_MAX]]
+        elif key == "metadata" and isinstance(value, dict) and text is not None and len(text) > limit:
+            out = {"synthetic": value.get("synthetic"), "risk": value.get("risk")}  # the marker, kept
         elif text is not None and len(text) > limit:
             out = text[:limit]
         else:

@@ -19,7 +19,8 @@ from journal.store.statements import PREVIEW_STRUCTURE, STRUCTURE_SQL, Statement
 # (one more, to tell there are more) as [key, value, cut], every string and every object's or
 # array's JSON text cut to ?4 characters in the server; of ``tool_calls``, the first ?5 calls'
 # id, name and arguments (cut). The structure the messages view folds (a key, a call's id and
-# name, statements.STRUCTURE_FIELDS) is cut at no fewer than PREVIEW_STRUCTURE characters. An
+# name, statements.STRUCTURE_FIELDS) is cut at no fewer than PREVIEW_STRUCTURE characters; a longer
+# ``metadata`` keeps its ``synthetic`` and ``risk``. An
 # event whose text holds the escape of U+0000 comes whole (the server's json operators cannot
 # read it as text): journal.preview cuts it in Python.
 _PREVIEW_COLUMNS = """\
@@ -35,6 +36,8 @@ SELECT e.seq, e.type, e.time_ms, octet_length(e.data),
            'cut', coalesce(length((c.value -> 'arguments')::text) > ?4::int, false)) END ORDER BY c.n), '[]'::json)
         FROM (SELECT value, n FROM json_array_elements(f.value) WITH ORDINALITY AS a (value, n)
               ORDER BY n LIMIT ?5) AS c)
+     WHEN f.key = 'metadata' AND f.kind = 'object' AND length(f.value::text) > f.lim
+       THEN json_build_object('synthetic', f.value -> 'synthetic', 'risk', f.value -> 'risk')
      WHEN f.kind = 'string' THEN to_json(left(f.value #>> '{}', f.lim))
      WHEN f.kind IN ('object', 'array') AND length(f.value::text) > f.lim THEN to_json(left(f.value::text, f.lim))
      ELSE f.value END,

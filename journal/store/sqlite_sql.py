@@ -18,7 +18,8 @@ from journal.store.statements import PREVIEW_STRUCTURE, STRUCTURE_SQL, Statement
 # first ?5 calls: each one's id, name and arguments (cut; ``cut`` 1 when its arguments were).
 # Only text is cut to ?4: the structure the messages view folds (a field's key, a call's id and
 # name, statements.STRUCTURE_FIELDS) is cut at no fewer than PREVIEW_STRUCTURE characters (a
-# call id's limit), so a cut read is the same messages, their text cut. An event whose text holds
+# call id's limit), so a cut read is the same messages, their text cut; a ``metadata`` longer
+# than that keeps its ``synthetic`` and ``risk`` (the MAY-have-run marker). An event whose text holds
 # the escape of U+0000 comes whole instead (the last column; its fields NULL): SQLite's text
 # functions end a string at a NUL, so journal.preview cuts it in Python.
 _PREVIEW_COLUMNS = """\
@@ -34,13 +35,16 @@ SELECT e.seq, e.type, e.time_ms, octet_length(e.data),
               FROM json_each(f.calls) LIMIT ?5) AS c))
      WHEN f.type = 'true' THEN json('true')
      WHEN f.type = 'false' THEN json('false')
+     WHEN f.marks IS NOT NULL AND length(f.head) > f.lim THEN json(f.marks)
      WHEN f.type = 'text' OR (f.type IN ('object', 'array') AND length(f.head) > f.lim) THEN substr(f.head, 1, f.lim)
      WHEN f.type IN ('object', 'array') THEN json(f.head)
      ELSE f.head END,
      f.type IN ('text', 'object', 'array') AND length(f.head) > f.lim))
    FROM (SELECT key, type, lim,
                 CASE WHEN type IN ('text', 'object', 'array') THEN substr(value, 1, lim + 1) ELSE value END AS head,
-                CASE WHEN key = 'tool_calls' AND type = 'array' THEN value END AS calls
+                CASE WHEN key = 'tool_calls' AND type = 'array' THEN value END AS calls,
+                CASE WHEN key = 'metadata' AND type = 'object'
+                     THEN json_object('synthetic', value -> '$.synthetic', 'risk', value -> '$.risk') END AS marks
          FROM (SELECT key, type, value, CASE WHEN key IN STRUCTURE THEN max(?4, 512) ELSE ?4 END AS lim
                FROM json_each(e.data) LIMIT ?5 + 1)) AS f) END,
   CASE WHEN instr(e.data, '\\u0000') > 0 THEN e.data END

@@ -93,3 +93,23 @@ def test_a_long_call_id_and_key_survive_the_smallest_cut(j: journal.Journal) -> 
     assert j.provider_view(s, tail=2, chars=1).missing == ()
     (preview,) = j.previews(s, chars=3)[1:]
     assert set(preview.data) == {"tool_call_id", "content", "is_error"} and preview.data["content"] == "pai"
+
+
+def test_a_long_metadata_keeps_its_risk_through_the_smallest_cut(j: journal.Journal) -> None:
+    """The MAY-have-run marker a viewer draws comes from ``metadata.risk``: a metadata too long
+    to keep whole (an adapter's entry beside the synthetic marks) keeps it."""
+    s = j.create_session().id
+    result = synthetic_result_data("c1", "pay", Risk.TOOL_OUTCOME_UNKNOWN)
+    result["metadata"]["entry"] = {"note": "n" * 2000}
+    j.append_many(s, [
+        ("assistant_message", {"content": "", "tool_calls": [{"id": "c1", "name": "pay", "arguments": {}}]}),
+        ("tool_result", result),
+    ])  # fmt: skip
+    for chars in (0, 5, 600):
+        (cut,) = j.messages(s, tail=1, chars=chars)
+        assert cut.risk == Risk.TOOL_OUTCOME_UNKNOWN.value and cut.tool_call_id == "c1"
+    preview = j.previews(s, chars=5)[1]
+    assert preview.data["metadata"] == {"synthetic": True, "risk": Risk.TOOL_OUTCOME_UNKNOWN.value}
+    assert "metadata" in preview.cut
+    (whole,) = j.messages(s, tail=1, chars=100_000)
+    assert whole.metadata == result["metadata"]
