@@ -39,8 +39,9 @@ class Preview:
     ``data`` holds its first ``FIELDS_MAX`` fields, each string cut to the read's ``chars``
     characters (a ``Clipped`` then) and each object or array kept whole if its JSON text fits,
     else its JSON text cut (a ``Clipped``); ``tool_calls`` keeps each call's ``id``, ``name`` and
-    ``arguments``; a ``metadata`` too long to keep whole keeps its ``synthetic`` and ``risk``. ``cut`` names the fields that were cut, ``omitted`` counts the fields left
-    out (at least that many), ``size`` is the stored event's size in bytes."""
+    ``arguments``; a ``metadata`` too long to keep whole keeps its ``synthetic`` and ``risk``.
+    ``cut`` names the fields that were cut, ``omitted`` counts the fields left out (at least that
+    many), ``size`` is the stored event's size in bytes."""
 
     session_id: str
     seq: int
