@@ -93,8 +93,8 @@ class Previews:
             stop = start + size
             out: list[Preview] = []
             for owner, first, last in chain_txn(db, session_id, start, stop, newest_first=False):
-                for row in db.execute(db.sql.previews, (owner, first, last, cut, FIELDS_MAX)):
-                    out.append(_preview(session_id, row, cut))
+                rows = db.execute(db.sql.previews, (owner, first, last, cut, FIELDS_MAX))
+                out.extend(_previews(db, session_id, owner, rows, cut))
             return out
 
     def change_token(self) -> object:
@@ -112,16 +112,27 @@ def previews_at_txn(db: Database, session_id: str, owner: str, seqs: list[int], 
     if not seqs:
         return []
     bindings = (owner, min(seqs), max(seqs) + 1, chars, FIELDS_MAX, json.dumps(sorted(set(seqs))))
-    return [_preview(session_id, row, chars) for row in db.execute(db.sql.previews_at, bindings)]
+    return _previews(db, session_id, owner, db.execute(db.sql.previews_at, bindings), chars)
 
 
-def _preview(session_id: str, row: tuple[Any, ...], chars: int) -> Preview:
-    seq, type_, time_ms, size, fields, whole = row
+def _previews(db: Database, session_id: str, owner: str, rows: Any, chars: int) -> list[Preview]:
+    """The rows of ``sql.previews``/``previews_at`` (events of ``owner``'s segment) as previews.
+    An event one of whose fields the statement flags (a NUL it could not cut) is read whole here."""
+    out = []
+    for seq, type_, time_ms, size, fields in list(rows):
+        items = json.loads(fields or "[]")
+        if any(item[3] for item in items):  # a NUL the database's text functions cannot cut
+            text = db.value("SELECT data FROM events WHERE session_id = ? AND seq = ?", (owner, seq))
+            items = _cut_fields(json.loads(text), chars)
+        out.append(_preview(session_id, seq, type_, time_ms, size, items))
+    return out
+
+
+def _preview(session_id: str, seq: int, type_: str, time_ms: int, size: int, items: list[Any]) -> Preview:
     data: dict[str, Any] = {}
     cut: list[str] = []
-    items = json.loads(fields) if whole is None else _cut_fields(json.loads(whole), chars)
     omitted = max(len(items) - FIELDS_MAX, 0)
-    for key, value, was_cut in items[:FIELDS_MAX]:
+    for key, value, was_cut, *_nul in items[:FIELDS_MAX]:
         if key == "tool_calls" and isinstance(value, list):
             value = [_call(c) for c in value]
         if was_cut:

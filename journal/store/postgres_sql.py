@@ -16,16 +16,16 @@ from journal.store.statements import PREVIEW_STRUCTURE, STRUCTURE_SQL, Statement
 
 # The viewer's read of a page of events (journal.preview), PostgreSQL's text of the SQLite
 # store's PREVIEWS_SQL: each event's seq, type, time and size in bytes, and its first ?5 fields
-# (one more, to tell there are more) as [key, value, cut], every string and every object's or
-# array's JSON text cut to ?4 characters in the server; of ``tool_calls``, the first ?5 calls'
+# (one more, to tell there are more) as [key, value, cut, nul], every string and every object's
+# or array's JSON text cut to ?4 characters in the server; of ``tool_calls``, the first ?5 calls'
 # id, name and arguments (cut). The structure the messages view folds (a key, a call's id and
 # name, statements.STRUCTURE_FIELDS) is cut at no fewer than PREVIEW_STRUCTURE characters; a longer
-# ``metadata`` keeps its ``synthetic`` and ``risk``. An
-# event whose text holds the escape of U+0000 comes whole (the server's json operators cannot
-# read it as text): journal.preview cuts it in Python.
+# ``metadata`` keeps its ``synthetic`` and ``risk``. ``journal_json_of`` reads a NUL as the escape
+# of U+FFFD: ``nul`` is true for a key holding U+FFFD or a value's JSON text holding that escape
+# (the codec writes a real one as it is), and journal.preview then reads that event whole and
+# cuts it in Python.
 _PREVIEW_COLUMNS = """\
 SELECT e.seq, e.type, e.time_ms, octet_length(e.data),
-  CASE WHEN strpos(e.data, '\\u0000') = 0 THEN
   (SELECT coalesce(json_agg(json_build_array(left(f.key, greatest(?4::int, 512)), CASE
      WHEN f.key = 'tool_calls' AND f.kind = 'array' THEN
        (SELECT coalesce(json_agg(CASE WHEN json_typeof(c.value) = 'object' THEN json_build_object(
@@ -42,13 +42,12 @@ SELECT e.seq, e.type, e.time_ms, octet_length(e.data),
      WHEN f.kind IN ('object', 'array') AND length(f.value::text) > f.lim THEN to_json(left(f.value::text, f.lim))
      ELSE f.value END,
      CASE WHEN f.kind = 'string' THEN length(f.value #>> '{}') > f.lim
-          WHEN f.kind IN ('object', 'array') THEN length(f.value::text) > f.lim ELSE false END)
+          WHEN f.kind IN ('object', 'array') THEN length(f.value::text) > f.lim ELSE false END,
+     strpos(f.key, U&'\\FFFD') > 0 OR strpos(f.value::text, '\\ufffd') > 0)
      ORDER BY f.n), '[]'::json)::text
    FROM (SELECT key, value, json_typeof(value) AS kind, n,
                 CASE WHEN key IN STRUCTURE THEN greatest(?4::int, 512) ELSE ?4::int END AS lim
          FROM json_each(journal_json_of(e.data)) WITH ORDINALITY AS d (key, value, n) ORDER BY n LIMIT ?5 + 1) AS f)
-  END,
-  CASE WHEN strpos(e.data, '\\u0000') > 0 THEN e.data END
 """.replace("STRUCTURE", STRUCTURE_SQL).replace("512", str(PREVIEW_STRUCTURE))
 PREVIEWS_SQL = (
     _PREVIEW_COLUMNS + "FROM events AS e WHERE e.session_id = ?1 AND e.seq >= ?2 AND e.seq < ?3 ORDER BY e.seq"

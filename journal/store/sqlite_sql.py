@@ -12,19 +12,22 @@ from typing import Any
 from journal.store.statements import PREVIEW_STRUCTURE, STRUCTURE_SQL, Statements
 
 # The viewer's read of a page of events (journal.preview): each event's seq, type, time and size
-# in bytes, and its first ?5 fields (one more, to tell there are more) as [key, value, cut]:
+# in bytes, and its first ?5 fields (one more, to tell there are more) as [key, value, cut, nul]:
 # every string, and every object's or array's JSON text, cut to ?4 characters inside SQLite
 # (``cut``: 1 when it was), so a page never decodes a whole large event. Of ``tool_calls``, the
 # first ?5 calls: each one's id, name and arguments (cut; ``cut`` 1 when its arguments were).
 # Only text is cut to ?4: the structure the messages view folds (a field's key, a call's id and
 # name, statements.STRUCTURE_FIELDS) is cut at no fewer than PREVIEW_STRUCTURE characters (a
 # call id's limit), so a cut read is the same messages, their text cut; a ``metadata`` longer
-# than that keeps its ``synthetic`` and ``risk`` (the MAY-have-run marker). An event whose text holds
-# the escape of U+0000 comes whole instead (the last column; its fields NULL): SQLite's text
-# functions end a string at a NUL, so journal.preview cuts it in Python.
-_PREVIEW_COLUMNS = """\
+# than that keeps its ``synthetic`` and ``risk`` (the MAY-have-run marker). ``nul`` is 1 for a
+# key or a string whose kept part holds a NUL, which SQLite's substr ends it at: journal.preview
+# then reads that event whole and cuts it in Python (objects and arrays keep it escaped, and no
+# call id or name holds one). The limit is written out where it is used: a subquery naming it
+# would be materialized, each field's whole value copied into it.
+_PREVIEW_COLUMNS = (
+    """\
 SELECT e.seq, e.type, e.time_ms, octet_length(e.data),
-  CASE WHEN instr(e.data, '\\u0000') = 0 THEN (SELECT json_group_array(json_array(substr(f.key, 1, max(?4, 512)), CASE
+  (SELECT json_group_array(json_array(substr(f.key, 1, max(?4, 512)), CASE
      WHEN f.calls IS NOT NULL THEN
        json((SELECT json_group_array(CASE WHEN c.type = 'object' THEN json_object(
            'id', substr(c.id, 1, max(?4, 512)), 'name', substr(c.name, 1, max(?4, 512)),
@@ -39,16 +42,19 @@ SELECT e.seq, e.type, e.time_ms, octet_length(e.data),
      WHEN f.type = 'text' OR (f.type IN ('object', 'array') AND length(f.head) > f.lim) THEN substr(f.head, 1, f.lim)
      WHEN f.type IN ('object', 'array') THEN json(f.head)
      ELSE f.head END,
-     f.type IN ('text', 'object', 'array') AND length(f.head) > f.lim))
-   FROM (SELECT key, type, lim,
-                CASE WHEN type IN ('text', 'object', 'array') THEN substr(value, 1, lim + 1) ELSE value END AS head,
+     f.type IN ('text', 'object', 'array') AND length(f.head) > f.lim, f.nul))
+   FROM (SELECT key, type, @lim@ AS lim,
+                CASE WHEN type IN ('text', 'object', 'array') THEN substr(value, 1, @lim@ + 1) ELSE value END AS head,
                 CASE WHEN key = 'tool_calls' AND type = 'array' THEN value END AS calls,
                 CASE WHEN key = 'metadata' AND type = 'object'
-                     THEN json_object('synthetic', value -> '$.synthetic', 'risk', value -> '$.risk') END AS marks
-         FROM (SELECT key, type, value, CASE WHEN key IN STRUCTURE THEN max(?4, 512) ELSE ?4 END AS lim
-               FROM json_each(e.data) LIMIT ?5 + 1)) AS f) END,
-  CASE WHEN instr(e.data, '\\u0000') > 0 THEN e.data END
-""".replace("STRUCTURE", STRUCTURE_SQL).replace("512", str(PREVIEW_STRUCTURE))
+                     THEN json_object('synthetic', value -> '$.synthetic', 'risk', value -> '$.risk') END AS marks,
+                instr(CAST(key AS BLOB), X'00') > 0 OR (type = 'text'
+                  AND instr(substr(CAST(value AS BLOB), 1, 4 * (@lim@ + 1)), X'00') > 0) AS nul
+         FROM json_each(e.data) LIMIT ?5 + 1) AS f)
+""".replace("@lim@", "(CASE WHEN key IN STRUCTURE THEN max(?4, 512) ELSE ?4 END)")
+    .replace("STRUCTURE", STRUCTURE_SQL)
+    .replace("512", str(PREVIEW_STRUCTURE))
+)
 PREVIEWS_SQL = (
     _PREVIEW_COLUMNS + "FROM events AS e WHERE e.session_id = ?1 AND e.seq >= ?2 AND e.seq < ?3 ORDER BY e.seq"
 )
