@@ -21,9 +21,9 @@ from journal.store.statements import PREVIEW_STRUCTURE, STRUCTURE_SQL, Statement
 # id, name and arguments (cut). The structure the messages view folds (a key, a call's id and
 # name, statements.STRUCTURE_FIELDS) is cut at no fewer than PREVIEW_STRUCTURE characters; a longer
 # ``metadata`` keeps its ``synthetic`` and ``risk``. ``journal_json_of`` reads a NUL as the escape
-# of U+FFFD: ``nul`` is true for a key holding U+FFFD or a value's JSON text holding that escape
-# (the codec writes a real one as it is), and journal.preview then reads that event whole and
-# cuts it in Python.
+# of U+FFFD: ``nul`` is true for a key holding U+FFFD or a value whose kept part's JSON text holds
+# that escape (the codec writes a real one as it is; 6 characters an escape at most), and
+# journal.preview then reads that event whole and cuts it in Python.
 _PREVIEW_COLUMNS = """\
 SELECT e.seq, e.type, e.time_ms, octet_length(e.data),
   (SELECT coalesce(json_agg(json_build_array(left(f.key, greatest(?4::int, 512)), CASE
@@ -43,7 +43,7 @@ SELECT e.seq, e.type, e.time_ms, octet_length(e.data),
      ELSE f.value END,
      CASE WHEN f.kind = 'string' THEN length(f.value #>> '{}') > f.lim
           WHEN f.kind IN ('object', 'array') THEN length(f.value::text) > f.lim ELSE false END,
-     strpos(f.key, U&'\\FFFD') > 0 OR strpos(f.value::text, '\\ufffd') > 0)
+     strpos(f.key, U&'\\FFFD') > 0 OR strpos(left(f.value::text, 6 * f.lim + 8), '\\ufffd') > 0)
      ORDER BY f.n), '[]'::json)::text
    FROM (SELECT key, value, json_typeof(value) AS kind, n,
                 CASE WHEN key IN STRUCTURE THEN greatest(?4::int, 512) ELSE ?4::int END AS lim
