@@ -551,7 +551,7 @@ class SqliteStore(Transactions[apsw.Connection, SqliteDatabase]):
         self._wal_existed = os.path.lexists(self.path + "-wal")
         flags = apsw.SQLITE_OPEN_READONLY if self.readonly else apsw.SQLITE_OPEN_READWRITE
         target = self.path
-        if self.readonly and vfs is None and verdict is _header.Verdict.JOURNAL and self._cut_short():
+        if self.readonly and vfs is None and verdict is _header.Verdict.JOURNAL and self._missing():
             # A file cut short (no -wal commit holds its lost pages) has no writer (writable opens
             # are refused): read it immutable, as the probe did, so no side file is made.
             target, flags = "file:" + urllib.parse.quote(self.path) + "?immutable=1", flags | apsw.SQLITE_OPEN_URI
@@ -596,12 +596,13 @@ class SqliteStore(Transactions[apsw.Connection, SqliteDatabase]):
         """Whether the -wal and the -shm exist."""
         return os.path.lexists(self.path + "-wal"), os.path.lexists(self.path + "-shm")
 
-    def _cut_short(self) -> bool:
-        """Whether the file is shorter than its header says (``header.missing_bytes``)."""
+    def _missing(self) -> int:
+        """How many bytes the file lacks of what its header says (``header.missing_bytes``; 0
+        when it cannot be read: the open that follows reports that)."""
         try:
-            return _header.missing_bytes(self.path) > 0
+            return _header.missing_bytes(self.path)
         except OSError:
-            return False
+            return 0
 
     def _probe(self) -> None:
         """For a read-only open: refuse a journal that cannot be read before a connection exists
@@ -649,7 +650,7 @@ class SqliteStore(Transactions[apsw.Connection, SqliteDatabase]):
             tables = conn.execute("SELECT count(*) FROM sqlite_schema").get
         except (apsw.NotADBError, apsw.CorruptError) as exc:
             if self._ours:
-                missing = _header.missing_bytes(self.path) if self._cut_short() else 0
+                missing = self._missing()
                 cut = f"; it is {missing} bytes shorter than its header says" if missing else ""
                 raise CorruptJournal(self.path, f"unreadable ({exc}{cut}; the file was left untouched)") from exc
             raise NotAJournal(self.path, f"unreadable ({exc})") from exc
@@ -949,9 +950,7 @@ class SqliteStore(Transactions[apsw.Connection, SqliteDatabase]):
     def integrity_check(self) -> list[str]:
         """SQLite's own verdict on the file: ``["ok"]`` when healthy. A file shorter than its
         header says (cut short) is damaged whatever the pages left show: that comes first."""
-        missing = 0
-        with contextlib.suppress(OSError):
-            missing = _header.missing_bytes(self.path)
+        missing = self._missing()
         cut = [f"the file is {missing} bytes shorter than its header says: its last pages are gone"] if missing else []
         try:
             with self.read() as db:

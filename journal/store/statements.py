@@ -16,11 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
+from journal.codec import MAX_CALL_ID
+
 # The fields of an event's data that the messages view folds as structure, not text: a cut read
 # (``previews``) cuts them, like every field's key and a call's id and name, at no fewer than
 # PREVIEW_STRUCTURE characters, so its messages are the uncut ones with their text cut.
 STRUCTURE_FIELDS = ("tool_call_id", "name", "stop_reason", "surface_op", "metadata")
-PREVIEW_STRUCTURE = 512  # journal.codec.MAX_CALL_ID: an id is never cut
+PREVIEW_STRUCTURE = MAX_CALL_ID  # a call id is never cut
 STRUCTURE_SQL = "(" + ", ".join(f"'{name}'" for name in STRUCTURE_FIELDS) + ")"
 
 
