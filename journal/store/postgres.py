@@ -312,9 +312,12 @@ _NUL_SAFE = "to_regprocedure(format('%I.journal_json_of(text)', current_schema()
 
 
 def _schema_statement(kind: str, name: str) -> str:
-    """schema_pg.sql's statement that creates ``kind`` (``FUNCTION``, ``UNIQUE INDEX``) ``name``."""
+    """schema_pg.sql's statement that creates ``kind`` (``FUNCTION``, ``UNIQUE INDEX``,
+    ``TRIGGER``) ``name``; a function's as ``CREATE OR REPLACE``."""
     text = schema_sql()
-    start = text.index(f"CREATE {kind} {name}")
+    found = re.search(rf"CREATE {kind} {name}\b", text)
+    assert found is not None, (kind, name)
+    start = found.start()
     end = text.index("$$;", start) + 3 if kind == "FUNCTION" else text.index(";", start) + 1
     statement = text[start:end]
     return "CREATE OR REPLACE" + statement[len("CREATE") :] if kind == "FUNCTION" else statement
@@ -361,16 +364,8 @@ END $upgrade$;
 def _trigger_upgrade() -> str:
     """Version 7 to 8: ``journal_events_insert`` and ``journal_events_contiguous`` as
     schema_pg.sql defines them, and the row trigger made again with its ``WHEN``."""
-    text = schema_sql()
-
-    def function(name: str) -> str:
-        start = text.index(f"CREATE FUNCTION {name}(")
-        end = text.index("END $$;", start) + len("END $$;")
-        return "CREATE OR REPLACE" + text[start + len("CREATE") : end]
-
-    start = text.index("CREATE TRIGGER events_insert ")
-    trigger = text[start : text.index(";", start) + 1]
-    functions = [function("journal_events_insert"), function("journal_events_contiguous")]
+    functions = [_schema_statement("FUNCTION", name) for name in ("journal_events_insert", "journal_events_contiguous")]
+    trigger = _schema_statement("TRIGGER", "events_insert")
     return "\n".join([*functions, "DROP TRIGGER events_insert ON events;", trigger])
 
 
