@@ -1,7 +1,7 @@
 """A turn closed while a call it dispatched has no result: every face says the call is owed.
 
 A framework may end a run with a call handed out and its result still to come (pydantic-ai's
-deferred tools, ADK's long-running tools), and a closed turn is not a crash (DESIGN §7): recovery
+deferred tools: a human approves the call later), and a closed turn is not a crash (DESIGN §7): recovery
 invents nothing for it. The scan lists the call among the dispatched calls without a result, the
 provider view names it missing, and the result is appended, as any result, when it comes.
 """
