@@ -95,7 +95,7 @@ def test_a_long_call_id_and_key_survive_the_smallest_cut(j: journal.Journal) -> 
     assert set(preview.data) == {"tool_call_id", "content", "is_error"} and preview.data["content"] == "pai"
 
 
-def test_a_long_metadata_keeps_its_risk_through_the_smallest_cut(j: journal.Journal) -> None:
+def test_g14_a_long_metadata_keeps_its_risk_marker_through_the_smallest_cut(j: journal.Journal) -> None:
     """The MAY-have-run marker a viewer draws comes from ``metadata.risk``: a metadata too long
     to keep whole (an adapter's entry beside the synthetic marks) keeps it."""
     s = j.create_session().id

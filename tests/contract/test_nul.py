@@ -30,7 +30,9 @@ def _events(call_id: str) -> list[tuple[str, dict]]:
 
 
 @pytest.mark.parametrize("call_id", ["c1", ODD_ID])
-def test_a_nul_anywhere_in_data_is_kept_and_every_rule_still_holds(j: journal.Journal, fresh, call_id: str) -> None:
+def test_g5_g6_a_nul_anywhere_in_data_is_kept_and_every_rule_still_holds(
+    j: journal.Journal, fresh, call_id: str
+) -> None:
     s = j.create_session().id
     written = j.append_many(s, _events(call_id))
     result = j.put_result(s, call_id, f"bytes: {NUL}{NUL}\\u0000 end")
