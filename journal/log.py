@@ -220,11 +220,16 @@ def _derived_plan_txn(
     return derived_batch.plan(session_id, first, types, copies, starts)
 
 
-def _refuse_engine_only(type_: str, index: int | None = None) -> None:
+def _refuse_engine_only(type_: str, data: dict[str, Any], index: int | None = None) -> None:
     if type_ in _ENGINE_ONLY:
         raise InvalidEvent(
             "type", f"a {type_} event is appended by {_ENGINE_ONLY[type_]}, not by a plain append", index
         )
+    if type_ == "turn_end" and data.get("reason") == "interrupted":
+        # Recovery's mark of a crash (DESIGN §5, §7): a plain append claiming it would make a turn
+        # ended on purpose read as one a crash cut short. An import keeps the one it carries.
+        problem = '"interrupted" is written only by recovery (recover()); end a turn "complete" or "rejected"'
+        raise InvalidEvent("reason", problem, index)
 
 
 def insert_session_txn(
@@ -420,7 +425,7 @@ class Log:
         """An append's checks before anything is written, and its event's text and copy."""
         check_text("session_id", session_id)
         text, copy = self.codec.encode_copy(type, data)
-        _refuse_engine_only(type)
+        _refuse_engine_only(type, copy)
         return text, copy
 
     def round_row(
@@ -469,7 +474,7 @@ class Log:
                 raise InvalidArgument(f"items[{index}]", "must be a (type, data) or (type, data, key) tuple")
             item_key = item[2] if len(item) == 3 else None
             text, copy = self.codec.encode_copy(item[0], item[1], index=index)
-            _refuse_engine_only(item[0], index)
+            _refuse_engine_only(item[0], copy, index)
             if item_key is not None:
                 _state.check_key(item_key, f"items[{index}] key")
             encoded.append((item[0], text, item_key))

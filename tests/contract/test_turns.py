@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 import journal
+import journal.aio
 from journal import Phase
 
 CALLS = [
@@ -132,16 +135,57 @@ def test_a_stale_attempts_writes_raise_lease_lost_and_change_nothing(j: journal.
     assert j.turn_state(s) == before_state
 
 
+def test_a_turn_closed_under_its_handle_dispatches_no_more_tools(j: journal.Journal) -> None:
+    s = j.create_session().id
+    turn = j.turn_start(s)
+    turn.step_start()
+    turn.assistant("", tool_calls=CALLS[:1])
+    j.append(s, "turn_end", {"turn": 1, "steps": 1, "reason": "rejected"})  # another process ended it
+    with pytest.raises(journal.LeaseLost):
+        turn.dispatch("c1")
+    with pytest.raises(journal.NoOpenTurn):
+        j.dispatch(s, "c1")
+
+
 def test_a_turn_closed_by_recovery_dispatches_no_more_tools(j: journal.Journal) -> None:
     s = j.create_session().id
     turn = j.turn_start(s)
     turn.step_start()
     turn.assistant("", tool_calls=CALLS[:1])
-    j.append(s, "turn_end", {"turn": 1, "steps": 1, "reason": "interrupted"})
-    with pytest.raises(journal.LeaseLost):
-        turn.dispatch("c1")
-    with pytest.raises(journal.NoOpenTurn):
-        j.dispatch(s, "c1")
+    (result,) = j.recover(s, force=True)  # the turn's owner is alive: only a forced recovery closes it
+    assert [e.type for e in result.appended] == ["tool_result", "turn_end"]
+    for dispatch in (lambda: turn.dispatch("c1"), lambda: j.dispatch(s, "c1")):
+        with pytest.raises(journal.ResultExists):  # recovery answered it: it did not run, and never will
+            dispatch()
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        pytest.param(lambda j, s, end: j.append(s, "turn_end", end), id="append"),
+        pytest.param(lambda j, s, end: j.append_many(s, [("x.note", {}), ("turn_end", end)]), id="append_many"),
+        pytest.param(lambda j, s, end: asyncio.run(_async_append(j, s, end)), id="async_append"),
+    ],
+)
+def test_only_recovery_ends_a_turn_as_interrupted(j: journal.Journal, fresh, write) -> None:
+    """DESIGN §5: ``interrupted`` is recovery's mark of a crash; a plain append of it is refused
+    before anything is written, on every face, and recovery still writes its own."""
+    s = j.create_session().id
+    j.append(s, "turn_start", {"turn": 1})
+    before = j.events(s)
+    with pytest.raises(journal.InvalidEvent, match="only by recovery") as refused:
+        write(j, s, {"turn": 1, "steps": 0, "reason": "interrupted"})
+    assert refused.value.field == "reason"
+    assert fresh().events(s) == before
+    j.append(s, "turn_end", {"turn": 1, "steps": 0, "reason": "rejected"})  # a turn ended on purpose
+    j.append(s, "turn_start", {"turn": 2})
+    (result,) = j.recover(s)
+    assert [e.data.get("reason") for e in result.appended] == ["interrupted"]
+
+
+async def _async_append(j: journal.Journal, s: str, end: dict[str, object]) -> None:
+    async with journal.aio.open(j.path) as aj:
+        await aj.append(s, "turn_end", end)
 
 
 @pytest.mark.parametrize(
