@@ -23,7 +23,7 @@ transaction; ``app:`` keys are kept in one journal session per app and ``user:``
 session: its whole log is erased (a user deleting a conversation).
 
 One recovery; the session is a projection. The typed log is the truth: ``get_session`` shows
-what any recovery wrote -- ``journal recover`` from a shell, ``j.recover()``, ``reconcile()``,
+what any recovery wrote -- ``journal recover`` from a shell, ``j.recover()``,
 ``repair`` -- in ADK's shape and place: a function-response event right after each function call
 the journal answered and no stored event answers, carrying the journal's result (the real one,
 or "MAY have run ... verify before retrying" / "did not run"). ADK drops a call without a

@@ -32,7 +32,7 @@ before (the journal's promise is that no evidence is deleted). To erase a conver
 ``purge()`` erases the session.
 
 One recovery; the items are a projection. The typed log is the truth: ``get_items`` shows what
-any recovery wrote -- ``journal recover`` from a shell, ``j.recover()``, ``reconcile()``, the
+any recovery wrote -- ``journal recover`` from a shell, ``j.recover()``, the
 async face, ``repair`` -- in the framework's shape and place: a ``function_call_output`` carrying
 the journal's result (the real one, or "MAY have run ... verify before retrying" / "did not run")
 right after each call it answers, and the ``function_call`` item of a call the runner never saved
@@ -822,7 +822,8 @@ def repair(session: JournalSession, *, force: bool = False) -> Repaired:
     result for each call its interrupted turn owes, then ``turn_end(interrupted)``), so that the
     session's items show every call it answered (``get_items`` projects it) and the next run pays
     nothing twice. Idempotent, and the same whichever recovery ran first (``journal recover``,
-    ``j.recover()``, ``reconcile()``): then it appends nothing.
+    ``j.recover()``): then it appends nothing. (``reconcile()`` writes nothing for a session
+    that queued no submission, as an adapter's: after it, this repairs as after nothing.)
 
     A turn another live process still drives is left alone (``Repaired.live_owner``) unless
     ``force=True``. ``Repaired.added`` is empty (reads project; nothing is copied);

@@ -47,7 +47,7 @@ pydantic-ai is the stored messages and, right after a response whose calls no st
 answers, a ``ModelRequest`` of ``ToolReturnPart``s carrying the journal's result for each -- the
 tool's own, or what recovery wrote ("MAY have run ... verify before retrying" for a call
 dispatched without a result, "did not run" for one never dispatched) -- whichever recovery ran
-(``journal recover`` from a shell, ``j.recover()``, ``reconcile()``, ``repair``), however often;
+(``journal recover`` from a shell, ``j.recover()``, ``repair``), however often;
 then what pydantic-ai itself makes of a history before a run (``repair_messages`` leaving the last
 response alone: adjacent requests merged), so the run's own clean-up changes nothing. The next run
 stores the projected request before its own messages.
@@ -702,7 +702,8 @@ def repair(jagent_or_store: Any, session_id: str, *, force: bool = False) -> Rep
     call its interrupted turn owes -- "MAY have run" if dispatched, "did not run" if not -- then
     ``turn_end(interrupted)``), so the history the next run is handed shows every call answered
     right after it. Idempotent, and the same whichever recovery ran first (``journal recover``,
-    ``j.recover()``, ``reconcile()``): then it appends nothing.
+    ``j.recover()``): then it appends nothing. (``reconcile()`` writes nothing for a session
+    that queued no submission, as an adapter's: after it, this repairs as after nothing.)
 
     A turn another live process drives is left alone (``Repaired.live_owner``) unless
     ``force=True``. ``Repaired.added`` is empty (the history is a projection: nothing is copied);
