@@ -41,9 +41,10 @@ SELECT e.seq, e.type, e.time_ms, octet_length(e.data),
      WHEN f.marks IS NOT NULL AND length(f.head) > f.lim THEN json(f.marks)
      WHEN f.type = 'text' OR (f.type IN ('object', 'array') AND length(f.head) > f.lim) THEN substr(f.head, 1, f.lim)
      WHEN f.type IN ('object', 'array') THEN json(f.head)
+     WHEN f.type = 'real' THEN e.data -> f.fullkey
      ELSE f.head END,
      f.type IN ('text', 'object', 'array') AND length(f.head) > f.lim, f.nul))
-   FROM (SELECT key, type, @lim@ AS lim,
+   FROM (SELECT key, fullkey, type, @lim@ AS lim,
                 CASE WHEN type IN ('text', 'object', 'array') THEN substr(value, 1, @lim@ + 1) ELSE value END AS head,
                 CASE WHEN key = 'tool_calls' AND type = 'array' THEN value END AS calls,
                 CASE WHEN key = 'metadata' AND type = 'object'

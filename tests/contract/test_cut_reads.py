@@ -113,3 +113,15 @@ def test_g14_a_long_metadata_keeps_its_risk_marker_through_the_smallest_cut(j: j
     assert "metadata" in preview.cut
     (whole,) = j.messages(s, tail=1, chars=100_000)
     assert whole.metadata == result["metadata"]
+
+
+def test_a_cut_read_keeps_each_number_as_stored(j: journal.Journal) -> None:
+    """A preview's uncut fields are the stored values exactly: SQLite's ``json_each`` hands a
+    number over as a double, which lost ``-0.0``'s sign and said nothing was cut."""
+    numbers = {"neg_zero": -0.0, "sum": 0.1 + 0.2, "big": 1e300, "tiny": 5e-324, "int": -(2**63), "one": 1.0}
+    s = j.create_session().id
+    j.append(s, "user_message", {"content": "x", **numbers, "metadata": {"temp": -0.0}})
+    (preview,) = j.previews(s, chars=100)
+    assert preview.whole and preview.data == j.events(s)[0].data
+    assert {k: repr(preview.data[k]) for k in numbers} == {k: repr(v) for k, v in numbers.items()}
+    assert repr(j.messages(s, tail=1, chars=100)[0].metadata["temp"]) == "-0.0"
