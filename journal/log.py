@@ -82,6 +82,8 @@ def check_session_id(session_id: object, name: str = "session_id") -> str:
 
 
 _GUARDED = ("tool_result", "tool_call")
+# The type a plain append checks against the session's innermost open turn (``check_turn``).
+_TURN_END = "turn_end"
 
 
 def call_id_of(type_: str, data: dict[str, Any]) -> str | None:
@@ -122,8 +124,10 @@ def _plain_row(session_id: str, seq: int | None, type_: str, text: str, time_ms:
     """The row of an append (no key, no expected count) that inserts it alone, with nothing to
     read first, given the guess of the session's next seq: what a writer may insert with others
     in one statement. ``None`` without a guess, or for a dispatch or a result (their own
-    statements: ``_fast_insert``)."""
-    return None if seq is None or type_ in _FAST_TYPES else (session_id, seq, type_, text, time_ms)
+    statements: ``_fast_insert``), or a turn's end (checked against the open turn)."""
+    if seq is None or type_ in _FAST_TYPES or type_ == _TURN_END:
+        return None
+    return (session_id, seq, type_, text, time_ms)
 
 
 def check_dispatch_in_turn_txn(db: Database, session_id: str, type_: str, data: dict[str, Any]) -> None:
@@ -154,19 +158,41 @@ _DERIVING = frozenset(
 )
 
 
-def _open_turn_starts_txn(db: Database, session_id: str) -> list[int]:
-    return [start for (start,) in db.execute(db.sql.open_turn_starts, (session_id,))]
+OpenTurns = list[tuple[int, "int | None"]]
+"""A session's open turns, ``(start seq, number)``, by start: as the turn journal holds them."""
+
+
+def _open_turns_txn(db: Database, session_id: str) -> OpenTurns:
+    return [(start, number) for start, number in db.execute(db.sql.open_turn_starts, (session_id,))]
+
+
+def check_turn(open_turns: OpenTurns, type_: str, data: dict[str, Any], seq: int, index: int | None = None) -> None:
+    """A plain ``turn_end`` closes the session's innermost open turn: one naming another turn
+    (``turn``) is refused, for the log would say one turn ended while another did (and recovery
+    would end the named one again). Else ``open_turns`` is moved past the event at ``seq`` as the
+    schema's trigger moves the turn journal. A ``turn_end`` naming no turn, or with no turn open
+    (it closes nothing), is written as ever; so is a nested ``turn_start`` (a hand-made log's
+    shape, which the planner recovers; ``turn_start()`` refuses to nest)."""
+    if type_ == "turn_start":
+        open_turns.append((seq, data.get("turn")))
+    elif type_ == "turn_end" and open_turns:
+        start, number = open_turns[-1]
+        named = data.get("turn")
+        if number is not None and named is not None and named != number:
+            problem = f"the open turn is turn {number} (started at seq {start}), not turn {named}"
+            raise InvalidEvent("turn", problem, index)
+        open_turns.pop()
 
 
 def _reads_settled_txn(
     db: Database, session_id: str, encoded: list[tuple[str, str, str | None]], copies: list[dict[str, Any]]
-) -> tuple[bool, list[int] | None]:
+) -> tuple[bool, OpenTurns | None]:
     """Whether every dispatch and result of the batch would be written as it is, known from one
     read of their calls and one of the open turns: no keyed item, no call dispatched or answered
     twice in the batch, a session that is not a fork, none of its calls dispatched (G6) or
     answered (G5) already, and each dispatch inside a turn open at its place. Then the batch
     needs no read between its items; else each of those items reads as ``append`` does. With it,
-    the open turns' starts when they were read (the derived-state plan starts from them)."""
+    the open turns when they were read (the derived-state plan starts from them)."""
     results: list[str] = []
     dispatches: list[str] = []
     for (type_, _text, key), copy in zip(encoded, copies, strict=True):
@@ -188,8 +214,8 @@ def _reads_settled_txn(
         return False, None
     if any(known.get(c, (None, None))[0] is not None for c in dispatches):
         return False, None
-    starts = _open_turn_starts_txn(db, session_id)
-    open_turns = len(starts)
+    turns = _open_turns_txn(db, session_id)
+    open_turns = len(turns)
     for type_, _text, _key in encoded:  # the turn journal as the schema's trigger keeps it
         if type_ == "turn_start":
             open_turns += 1
@@ -197,7 +223,7 @@ def _reads_settled_txn(
             open_turns = max(open_turns - 1, 0)
         elif type_ == "tool_call" and not open_turns:
             return False, None  # NoOpenTurn, or AlreadyDispatched: the item's own read says which
-    return True, starts
+    return True, turns
 
 
 def _derived_plan_txn(
@@ -206,18 +232,18 @@ def _derived_plan_txn(
     first: int,
     encoded: list[tuple[str, str, str | None]],
     copies: list[dict[str, Any]],
-    starts: list[int] | None,
+    turns: OpenTurns | None,
 ) -> DerivedPlan | None:
     """The derived state of a batch written as one insert, planned for the whole batch
-    (``journal.derived_batch``) from the session's open turns (``starts``, read here if not
+    (``journal.derived_batch``) from the session's open turns (``turns``, read here if not
     yet) when it is large enough to gain by it on this backend (``db.plan_derived_from``); else
     ``None``: the schema's trigger keeps it row by row."""
     types = [type_ for type_, _text, _key in encoded]
     if sum(1 for t in types if t in _DERIVING) < db.plan_derived_from:
         return None
-    if starts is None:
-        starts = _open_turn_starts_txn(db, session_id)
-    return derived_batch.plan(session_id, first, types, copies, starts)
+    if turns is None:
+        turns = _open_turns_txn(db, session_id)
+    return derived_batch.plan(session_id, first, types, copies, [start for start, _number in turns])
 
 
 def _refuse_engine_only(type_: str, data: dict[str, Any], index: int | None = None) -> None:
@@ -369,13 +395,19 @@ class Log:
         time_ms = now_ms()
         guesses = self._store.next_seqs
         seq = guesses.get(session_id)
-        if seq is not None and expected_count is None and (key is None or type not in _FAST_TYPES):
+        if (
+            seq is not None
+            and expected_count is None
+            and type != _TURN_END
+            and (key is None or type not in _FAST_TYPES)
+        ):
             # The common case: this connection wrote the session's last event, so the INSERT
             # alone is the whole transaction. The schema's contiguity trigger refuses a stale seq
             # (another connection appended since); a dispatch or result of a fork, or a dispatch
             # outside a turn, or a keyed event of a fork, inserts nothing; a second dispatch or
             # result, or a stored key, hits a unique index. Each then takes the path below, which
-            # reads inside a transaction and says which.
+            # reads inside a transaction and says which. (A turn's end always reads the open
+            # turn first: it must not name another.)
             if key is None:
                 row: tuple[Any, ...] = (session_id, seq, type, text, time_ms)
                 sql = _fast_insert(self._store.sql, type)
@@ -402,7 +434,9 @@ class Log:
                 if count != expected_count:
                     raise CountMismatch(session_id, expected_count, count)
             seq = db.next_seqs.get(session_id, guesses.get(session_id))
-            if seq is None or type in _GUARDED or key is not None or expected_count is not None:
+            if seq is None or type in _GUARDED or type == _TURN_END or key is not None or expected_count is not None:
+                if type == _TURN_END:
+                    check_turn(_open_turns_txn(db, session_id), type, copy, -1)
                 check_dispatch_in_turn_txn(db, session_id, type, copy)
                 seq = self.append_text_txn(db, session_id, type, text, time_ms, call_id=call_id_of(type, copy), key=key)
             else:
@@ -513,14 +547,20 @@ class Log:
         is known beforehand (``_reads_settled_txn``), the whole batch is one insert."""
         out: list[Event] = []
         run: list[int] = []
-        settled, starts = _reads_settled_txn(db, session_id, encoded, copies)
+        settled, turns = _reads_settled_txn(db, session_id, encoded, copies)
+        if settled and any(type_ == _TURN_END for type_, _text, _key in encoded):
+            # Every item is written, in order, from the next seq: its turns are checked before any is.
+            moving = list(turns) if turns is not None else _open_turns_txn(db, session_id)
+            first = next_seq_in_txn(db, session_id)
+            for i, (type_, _text, _key) in enumerate(encoded):
+                check_turn(moving, type_, copies[i], first + i, i)
 
         def flush() -> None:
             if not run:
                 return
             first = next_seq_in_txn(db, session_id)
             whole = settled and len(run) == len(encoded)  # settled: the batch is this one run
-            derived = _derived_plan_txn(db, session_id, first, encoded, copies, starts) if whole else None
+            derived = _derived_plan_txn(db, session_id, first, encoded, copies, turns) if whole else None
             try:
                 rows = [(session_id, first + n, *encoded[i][:2], time_ms) for n, i in enumerate(run)]
                 db.insert_events(rows, derived)
@@ -531,22 +571,33 @@ class Log:
             run.clear()
 
         for i, (type_, text, key) in enumerate(encoded):
-            if settled or (key is None and type_ not in _GUARDED):
+            if settled or (key is None and type_ not in _GUARDED and type_ != _TURN_END):
                 run.append(i)
                 continue
             flush()
-            out.append(self._append_item_txn(db, session_id, type_, text, key, copies[i], time_ms))
+            out.append(self._append_item_txn(db, session_id, type_, text, key, copies[i], time_ms, i))
         flush()
         return out
 
     def _append_item_txn(
-        self, db: Database, session_id: str, type_: str, text: str, key: str | None, copy: dict[str, Any], time_ms: int
+        self,
+        db: Database,
+        session_id: str,
+        type_: str,
+        text: str,
+        key: str | None,
+        copy: dict[str, Any],
+        time_ms: int,
+        index: int | None = None,
     ) -> Event:
-        """One item of a batch that needs reads: a keyed one, a dispatch or a result."""
+        """One item of a batch that needs reads: a keyed one, a dispatch or a result, a turn's
+        end."""
         if key is not None:
             found = keyed_event_txn(db, session_id, key)
             if found is not None:
                 return found
+        if type_ == _TURN_END:
+            check_turn(_open_turns_txn(db, session_id), type_, copy, -1, index)
         checked = False
         if type_ == "tool_result":
             call_id = copy["tool_call_id"]

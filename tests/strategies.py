@@ -198,7 +198,8 @@ def appendable_items(call_ids: tuple[str, ...] = ("c1", "c2", "c3"), *, max_call
 
     return st.one_of(
         st.just(("turn_start", {"turn": 1})),
-        st.just(("turn_end", {"turn": 1, "steps": 0, "reason": "complete"})),
+        # No number: it closes whichever turn is innermost (one naming another is refused).
+        st.just(("turn_end", {"steps": 0, "reason": "complete"})),
         st.just(("step_start", {"turn": 1, "step": 1})),
         st.just(("step_end", {"turn": 1, "step": 1, "outcome": "ok"})),
         st.lists(calls, min_size=1, max_size=max_calls, unique=True).map(

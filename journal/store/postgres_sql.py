@@ -221,7 +221,9 @@ STATEMENTS = Statements(
         "WHERE session_id = ? AND call_id IN (SELECT json_array_elements_text(?::json))"
     ),
     open_work=OPEN_WORK_SQL,
-    open_turn_starts="SELECT start_seq FROM turn_journal WHERE session_id = ? AND end_seq IS NULL ORDER BY start_seq",
+    open_turn_starts=(
+        "SELECT start_seq, turn FROM turn_journal WHERE session_id = ? AND end_seq IS NULL ORDER BY start_seq"
+    ),
     tool_stats=TOOL_STATS_SQL,
     indeterminate_calls=(
         "SELECT c.session_id, c.call_id, c.name, c.dispatch_seq, c.result_seq, n.id, n.data, n.created_ms, n.acked_ms "

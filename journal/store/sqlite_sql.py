@@ -286,7 +286,7 @@ STATEMENTS = Statements(
     ),
     open_work=OPEN_WORK_SQL,
     open_turn_starts=(
-        "SELECT start_seq FROM turn_journal INDEXED BY turn_journal_open "
+        "SELECT start_seq, turn FROM turn_journal INDEXED BY turn_journal_open "
         "WHERE session_id = ? AND end_seq IS NULL ORDER BY start_seq"
     ),
     tool_stats=TOOL_STATS_SQL,

@@ -93,8 +93,9 @@ class Statements:
     # (journal.recovery_batch), the same columns and rows on both backends; None: a backend that
     # recovers session by session (the planner).
     open_work: str | None
-    # (session): the session's open turns' start seqs, ascending (append_many's checks count
-    # them; a batch's derived state is planned from them: journal.derived_batch).
+    # (session): the session's open turns' start seqs and numbers, by start (a plain turn_start
+    # or turn_end is checked against them; a batch's derived state is planned from the starts:
+    # journal.derived_batch).
     open_turn_starts: str
 
     # -- journal.results -------------------------------------------------------------------------

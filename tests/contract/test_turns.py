@@ -183,6 +183,35 @@ def test_only_recovery_ends_a_turn_as_interrupted(j: journal.Journal, fresh, wri
     assert [e.data.get("reason") for e in result.appended] == ["interrupted"]
 
 
+@pytest.mark.parametrize(
+    "write",
+    [
+        pytest.param(lambda j, s, end: j.append(s, "turn_end", end), id="append"),
+        pytest.param(lambda j, s, end: j.append_many(s, [("x.note", {}), ("turn_end", end)]), id="append_many"),
+        pytest.param(lambda j, s, end: j.append_many(s, [("x.note", {}, "k"), ("turn_end", end)]), id="keyed_batch"),
+        pytest.param(lambda j, s, end: asyncio.run(_async_append(j, s, end)), id="async_append"),
+    ],
+)
+def test_a_turn_end_naming_another_turn_than_the_open_one_is_refused(j: journal.Journal, fresh, write) -> None:
+    """A ``turn_end`` closes the innermost open turn: one naming another would make the log say
+    turn 1 ended while turn 7 did (and recovery would end turn 1 again)."""
+    s = j.create_session().id
+    j.append_many(s, [("turn_start", {"turn": 1}), ("turn_start", {"turn": 7})])  # a hand-made nesting
+    before = j.events(s)
+    with pytest.raises(journal.InvalidEvent, match="the open turn is turn 7") as refused:
+        write(j, s, {"turn": 1, "steps": 0, "reason": "complete"})
+    assert refused.value.field == "turn"
+    assert fresh().events(s) == before
+    write(j, s, {"turn": 7, "steps": 0, "reason": "complete"})  # the open one
+    j.append(s, "turn_end", {"steps": 0, "reason": "complete"})  # no number: the innermost, turn 1
+    assert j.scan().clean and j.plan(s) == []
+    j.append(s, "turn_start", {"turn": 2})
+    with pytest.raises(journal.InvalidEvent):  # inside one batch too, before anything of it is written
+        j.append_many(s, [("turn_end", {"turn": 2, "steps": 0, "reason": "complete"}), ("turn_start", {"turn": 3}),
+                          ("turn_end", {"turn": 4, "steps": 0, "reason": "complete"})])  # fmt: skip
+    assert [t.turn for t in j.scan().open_turns] == [2]
+
+
 async def _async_append(j: journal.Journal, s: str, end: dict[str, object]) -> None:
     async with journal.aio.open(j.path) as aj:
         await aj.append(s, "turn_end", end)
