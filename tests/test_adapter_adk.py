@@ -30,7 +30,7 @@ from pydantic import Field
 
 import journal
 from journal.adapters.adk import JournalPlugin, JournalSessionService, arepair, journal_session_id, repair
-from journal.adapters.adk_events import ADK_EVENT, restore
+from journal.adapters.adk_events import ADK_EVENT, derive, restore
 from journal.testing import Ledger
 
 warnings.filterwarnings("ignore", message=r".*\[EXPERIMENTAL\]")
@@ -412,3 +412,135 @@ def test_a_service_on_an_async_journal_runs_and_recovers(target: str, tmp_path: 
     assert ledger.count(call="pay") == 1
     assert model.requests and all(orphans(r) == [] for r in model.requests)
     assert "MAY have run" in answers_in(events)["pay-1"]["result"]
+
+
+# -- a human in the loop: a tool awaiting confirmation, a long-running tool ----------------------------
+
+
+class Asker(BaseLlm):
+    """Calls ``pay`` (``pay-1``) for the user's text; answers with what the last response said."""
+
+    model: str = "scripted-asker"
+    tool: str = "pay"
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        last = llm_request.contents[-1]
+        if last.role == "user" and any(p.text for p in last.parts or []):
+            call = types.FunctionCall(id=f"{self.tool}-1", name=self.tool, args={"cents": 4200})
+            yield LlmResponse(content=types.Content(role="model", parts=[types.Part(function_call=call)]))
+            return
+        said = [p.function_response.response for p in last.parts or [] if p.function_response]
+        yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text=f"tool said {said}")]))
+
+
+async def _answer(runner: Runner, call_id: str, name: str, response: dict[str, Any]) -> list[AdkEvent]:
+    message = types.Content(
+        role="user",
+        parts=[types.Part(function_response=types.FunctionResponse(id=call_id, name=name, response=response))],
+    )
+    return [e async for e in runner.run_async(user_id=USER, session_id="s", new_message=message)]
+
+
+@pytest.mark.parametrize("confirmed", [True, False])
+def test_a_tool_awaiting_confirmation_runs_once_when_a_human_confirms_and_never_when_rejected(
+    target: str, tmp_path: Path, confirmed: bool
+) -> None:
+    """ADK's confirmation gate answers the call instead of the tool while it waits for a human:
+    the plugin dispatches nothing then (the dispatch would make the confirmed call "already
+    dispatched", never to run) and the journal records no result for it (it is not answered)."""
+    from google.adk.tools.function_tool import FunctionTool
+
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+
+    def pay(cents: int) -> str:
+        """Pay an amount in cents."""
+        ledger.record(call="pay", cents=cents)
+        return f"paid {cents} cents"
+
+    async def scenario() -> None:
+        service = JournalSessionService(target)
+        agent = LlmAgent(name="cashier", model=Asker(), tools=[FunctionTool(pay, require_confirmation=True)])
+        runner = Runner(app=make_app(agent, [JournalPlugin(service)]), session_service=service)
+        await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        paused = await run(runner, "s", FIRST)
+        (ask,) = [c for e in paused for c in e.get_function_calls() if c.name == "adk_request_confirmation"]
+        assert ledger.entries() == []
+        sid = journal_session_id(APP, USER, "s")
+        with journal.open(target, readonly=True) as j:
+            assert [e.type for e in j.events(sid) if e.type in ("tool_call", "tool_result")] == []
+            assert [m.tool_call_id for m in j.provider_view(sid).missing] == ["pay-1"]  # awaiting a human
+        done = await _answer(runner, ask.id, ask.name, {"confirmed": confirmed})
+        said = [p.text for e in done for p in (e.content.parts if e.content else []) or [] if p.text]
+        with journal.open(target, readonly=True) as j:
+            typed = [(e.type, e.data.get("content")) for e in j.events(sid) if e.type in ("tool_call", "tool_result")]
+            assert j.scan().clean and j.provider_view(sid).missing == ()
+        if confirmed:
+            assert [e["cents"] for e in ledger.entries()] == [4200]
+            assert said == ["tool said [{'result': 'paid 4200 cents'}]"]
+            assert typed == [("tool_result", {"result": "paid 4200 cents"})]  # one answer: the tool's
+        else:
+            assert ledger.entries() == []
+            assert typed == [("tool_result", {"error": "This tool call is rejected."})]
+        await service.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_long_running_tool_is_answered_by_the_humans_answer_not_by_its_empty_return(target: str) -> None:
+    """A ``LongRunningFunctionTool`` returning nothing has no answer yet (ADK builds no function
+    response): the journal records none either, so the human's answer, when it comes, is the
+    call's result, and until then the call is listed unanswered."""
+    from google.adk.tools.long_running_tool import LongRunningFunctionTool
+
+    def ask(cents: int) -> None:
+        """Ask a human to approve a payment."""
+        return None
+
+    async def scenario() -> None:
+        service = JournalSessionService(target)
+        agent = LlmAgent(name="cashier", model=Asker(tool="ask"), tools=[LongRunningFunctionTool(ask)])
+        runner = Runner(app=make_app(agent, [JournalPlugin(service)]), session_service=service)
+        await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        await run(runner, "s", FIRST)
+        sid = journal_session_id(APP, USER, "s")
+        session = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert session is not None and answers_in(session.events) == {}
+        assert (await arepair(service, app_name=APP, user_id=USER, session_id="s")).unanswered == ("ask-1",)
+        await _answer(runner, "ask-1", "ask", {"status": "approved"})
+        with journal.open(target, readonly=True) as j:
+            typed = [(e.type, e.data.get("content")) for e in j.events(sid) if e.type.startswith("tool_result")]
+        assert typed == [("tool_result", {"status": "approved"})]
+        await service.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_confirmation_handshake_is_no_tool_call_of_the_typed_log() -> None:
+    """ADK's request to a human (``adk_request_confirmation``), the human's answer, and the gate's
+    reply to the call while it waits are no request and no result in the typed log: a crash
+    while a confirmation is pending has recovery answer neither ADK's request nor the waiting call
+    by that reply (the verbatim events keep all three for ADK)."""
+    from google.adk.tools.tool_confirmation import ToolConfirmation
+
+    ask = types.FunctionCall(id="adk-1", name="adk_request_confirmation", args={"originalFunctionCall": {}})
+    request = AdkEvent(author="cashier", content=types.Content(role="model", parts=[types.Part(function_call=ask)]))
+    assert derive(request) == []
+    gate = types.FunctionResponse(id="pay-1", name="pay", response={"error": "This tool call requires confirmation."})
+    waiting = AdkEvent(
+        author="cashier",
+        actions=EventActions(requested_tool_confirmations={"pay-1": ToolConfirmation(hint="approve?")}),
+        content=types.Content(role="user", parts=[types.Part(function_response=gate)]),
+    )
+    assert derive(waiting) == []
+    reply = types.FunctionResponse(id="adk-1", name="adk_request_confirmation", response={"confirmed": True})
+    assert (
+        derive(AdkEvent(author="user", content=types.Content(role="user", parts=[types.Part(function_response=reply)])))
+        == []
+    )
+    paid = types.FunctionResponse(id="pay-1", name="pay", response={"result": "paid"})
+    answer = AdkEvent(author="cashier", content=types.Content(role="user", parts=[types.Part(function_response=paid)]))
+    assert derive(answer) == [
+        ("tool_result", {"tool_call_id": "pay-1", "content": {"result": "paid"}, "name": "pay"}, None)
+    ]

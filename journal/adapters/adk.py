@@ -64,7 +64,15 @@ What it cannot do, honestly:
 - The barrier covers the tools ADK calls through ``before_tool_callback``; without the plugin the
   service alone is durable storage with typed events, and ``scan`` cannot see a running tool.
 - A function call no journal result answers (a long-running tool, a call awaiting a human) is left
-  as ADK stored it and listed in ``Repaired.unanswered``.
+  as ADK stored it and listed in ``Repaired.unanswered``; a long-running tool's empty return is
+  no answer (its answer is the one the app appends later).
+- A tool behind ADK's confirmation gate (``require_confirmation``) is not dispatched while the gate
+  answers it, and ADK's request to the human and the human's reply are no tool call of the typed
+  log. A call a human confirms runs in a later invocation, outside the turn that requested it, so
+  without the dispatch barrier (the journal dispatches a call only inside that turn): its result
+  is kept, but a kill while it runs is not answered "MAY have run". A crash while the
+  confirmation is pending answers the waiting call "did not run" (its turn was interrupted); the
+  confirmation that follows then gets that answer, not a run, and the model may ask again.
 - Output that ADK turns into a function response differently from the tool's return value (an
   after-tool callback replacing it) reaches the journal twice: the plugin's result wins and the
   event's copy is kept as ``tool_result_late``.
@@ -245,6 +253,7 @@ class JournalSessionService(BaseSessionService):
         self._call = _Calls(target)
         self._live: dict[str, Any] = {}  # journal session id -> the open turn of a run of this service
         self._answered: set[tuple[str, str]] = set()  # calls the plugin answered from the journal
+        self._gated: set[tuple[str, str]] = set()  # calls ADK's confirmation gate answers instead of the tool
         self._holders: set[str] = set()  # scope holders known to exist
 
     @property
@@ -529,15 +538,29 @@ class JournalSessionService(BaseSessionService):
             except JournalError:
                 pass  # the run's own error says more; the next get_session recovers
 
-    async def _dispatch(self, session: Session, call_id: str | None) -> dict[str, Any] | None:
+    async def _dispatch(self, tool: Any, args: dict[str, Any], context: Any) -> dict[str, Any] | None:
         """Commit the call's dispatch before the tool runs; ``None`` lets it run. A call the
-        journal dispatched or answered before is not run again: its answer is returned."""
+        journal dispatched or answered before is not run again: its answer is returned. A call
+        ADK's confirmation gate answers instead of running the tool (awaiting a human, or
+        rejected) is not dispatched; one a human confirmed in a later invocation runs without a
+        dispatch record (the journal dispatches a call only in the turn that requested it)."""
+        session, call_id = context.session, context.function_call_id
         jid = journal_session_id(session.app_name, session.user_id, session.id)
         turn = self._live.get(jid)
         if turn is None or not isinstance(call_id, str):
             return None
+        confirmation = getattr(context, "tool_confirmation", None)
+        check = getattr(tool, "check_require_confirmation", None)
+        if check is not None and await check(args, context) is True:
+            if confirmation is None or not confirmation.confirmed:
+                self._gated.add((jid, call_id))  # the gate answers: the tool does not run now
+                return None
         try:
             await self._call("dispatch", jid, call_id, turn=turn)
+        except LeaseLost:
+            if confirmation is not None and confirmation.confirmed:
+                return None  # confirmed by a human after its turn ended: it runs, its result is kept
+            raise
         except (AlreadyDispatched, ResultExists):
             self._answered.add((jid, call_id))
             found = await _results(self._call, jid, {call_id}, 0)
@@ -552,6 +575,9 @@ class JournalSessionService(BaseSessionService):
             return
         if (jid, call_id) in self._answered:
             self._answered.discard((jid, call_id))
+            return
+        if (jid, call_id) in self._gated:  # the gate's reply: a rejection reaches the log with ADK's event
+            self._gated.discard((jid, call_id))
             return
         content = to_jsonable_python(as_response(result), fallback=str)
         await self._call("put_result", jid, call_id, content, name=name, is_error=error)
@@ -663,11 +689,15 @@ class JournalPlugin(BasePlugin):
         await self.service._open_turn(invocation_context.session)
 
     async def before_tool_callback(self, *, tool: Any, tool_args: dict[str, Any], tool_context: Any) -> Any:
-        return await self.service._dispatch(tool_context.session, tool_context.function_call_id)
+        return await self.service._dispatch(tool, tool_args, tool_context)
 
     async def after_tool_callback(
         self, *, tool: Any, tool_args: dict[str, Any], tool_context: Any, result: Any
     ) -> None:
+        if (getattr(tool, "is_long_running", False) or getattr(tool, "_defers_response", False)) and not result:
+            # No answer yet (ADK builds no function response either): it comes later, from the
+            # app, and is the call's result then. Until it does, the call is owed.
+            return
         await self.service._put_result(
             tool_context.session, tool_context.function_call_id, tool.name, result, error=False
         )

@@ -31,6 +31,11 @@ ADK_CREATED = "x.adk.session"  # the session's creation: app, user and id as ADK
 
 Typed = tuple[str, dict[str, Any], str | None]
 
+# ADK's own call asking a human to confirm a tool call (and the human's answer to it): a pause of
+# the invocation, not a tool the agent runs, so no typed request or result (the verbatim event
+# keeps it for ADK).
+CONFIRMATION_CALL = "adk_request_confirmation"
+
 
 def native(event: AdkEvent) -> dict[str, Any]:
     """The event as the JSON object ``model_dump_json(exclude_none=True)`` writes."""
@@ -64,7 +69,16 @@ def derive(event: AdkEvent) -> list[Typed]:
     parts = list(content.parts or []) if content is not None else []
     texts = [p.text for p in parts if p.text and not p.thought]
     calls = [p.function_call for p in parts if p.function_call is not None]
-    responses = [p.function_response for p in parts if p.function_response is not None]
+    calls = [c for c in calls if c.name != CONFIRMATION_CALL]
+    # A call the confirmation gate answered while it waits for a human is not answered yet.
+    waiting = set(event.actions.requested_tool_confirmations) if event.actions else set()
+    responses = [
+        p.function_response
+        for p in parts
+        if p.function_response is not None
+        and p.function_response.name != CONFIRMATION_CALL
+        and p.function_response.id not in waiting
+    ]
     out: list[Typed] = []
     text = "\n".join(texts)
     if event.author == "user":
