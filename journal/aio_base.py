@@ -89,14 +89,14 @@ class _AsyncBase:
     @property
     def durability(self) -> Durability:
         if self._writer.journal is None:
-            raise JournalClosed()
+            raise JournalClosed(opened=self._opened or self._closed)
         return self._writer.journal.durability
 
     @property
     def readonly(self) -> bool:
         """Whether the journal was opened read-only (every write is refused)."""
         if self._writer.journal is None:
-            raise JournalClosed()
+            raise JournalClosed(opened=self._opened or self._closed)
         return self._writer.journal.readonly
 
     @property
@@ -133,7 +133,7 @@ class _AsyncBase:
     ) -> R:
         self._owned(operation)
         if self._closed or not self._opened:
-            raise JournalClosed()
+            raise JournalClosed(opened=self._opened or self._closed)
         assert self._loop is not None
         item = _Item(call, self._loop, operation=operation, alone=alone, synced=synced, plain=plain)
         self._writer.put(item)
@@ -151,7 +151,7 @@ class _AsyncBase:
     async def _read(self, call: Callable[[Journal], R], *, operation: str = "read") -> R:
         self._owned(operation)
         if self._closed or not self._opened:
-            raise JournalClosed()
+            raise JournalClosed(opened=self._opened or self._closed)
         return cast(R, await self._readers.run(call))
 
     async def _call(self, method: Callable[Concatenate[Journal, P], R], /, *args: P.args, **kwargs: P.kwargs) -> R:

@@ -122,9 +122,16 @@ class CorruptJournal(JournalError):
 
 
 class JournalClosed(JournalError):
-    """The journal was used after ``close()``."""
+    """The journal was used after ``close()`` (or, an ``AsyncJournal``, before it was opened:
+    ``opened`` is then False)."""
+
+    def __init__(self, *, opened: bool = True) -> None:
+        super().__init__()
+        self.opened = opened
 
     def message(self) -> str:
+        if not self.opened:
+            return "the journal is not open yet: await journal.aio.open(...), or use it in `async with`"
         return "the journal is closed"
 
 

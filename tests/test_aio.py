@@ -134,8 +134,25 @@ def test_after_close_every_call_raises_journal_closed(tmp_path: Path) -> None:
         await aj.close()  # twice: nothing
         with pytest.raises(journal.JournalClosed):
             await aj.append("s", "user_message", user("late"))
-        with pytest.raises(journal.JournalClosed):
+        with pytest.raises(journal.JournalClosed, match="the journal is closed"):
             await aj.events("s")
+
+    run(main())
+
+
+def test_a_journal_used_before_it_is_opened_says_how_to_open_it(tmp_path: Path) -> None:
+    """``journal.aio.open(path)`` not awaited (handed to an adapter, say) was reported "closed"."""
+
+    async def main() -> None:
+        aj = journal.aio.open(tmp_path / "j.db")
+        for use in (lambda: aj.create_session("s"), lambda: aj.events("s")):
+            with pytest.raises(journal.JournalClosed, match=r"not open yet: await journal\.aio\.open") as refused:
+                await use()
+            assert refused.value.opened is False
+        await aj.close()  # never opened: closing is a no-op, and then it is closed
+        with pytest.raises(journal.JournalClosed, match="the journal is closed"):
+            await aj.events("s")
+        assert not (tmp_path / "j.db").exists()
 
     run(main())
 
