@@ -31,7 +31,7 @@ from journal.errors import (
 from journal.model import CallState, Event, now_ms
 from journal.store import Database, Store
 from journal.turns import ResultCalls as ResultCalls  # (kept with TurnCalls, which extends it)
-from journal.turns import turn_before_txn
+from journal.turns import turn_at_txn, turn_before_txn
 
 if TYPE_CHECKING:
     from journal.log import Log
@@ -156,7 +156,11 @@ def _requested_txn(db: Database, session_id: str, call_id: str) -> tuple[int, di
 
 def _check_turn_txn(db: Database, session_id: str, requested_seq: int, turn: Turn | None) -> None:
     """A call requested inside a turn may be dispatched only while that turn is open (and, with a
-    handle, by the attempt that holds it): a turn closed by recovery runs no more tools."""
+    handle, by the attempt that holds it): a turn closed by recovery runs no more tools. One
+    exception, with a handle: a call an earlier turn requested and ended without answering (a
+    human's approval awaited, as the frameworks pause for one) is dispatched by the open turn
+    that resumes it -- it is recorded there, so a crash inside it is that turn's to recover.
+    (Recovery answers every call an interrupted turn owes, so no such call is left of a crash.)"""
     row = turn_before_txn(db, session_id, requested_seq)
     start_seq, end_seq, _outer, attempt = row if row is not None else (None, None, None, None)
     inside = row is not None and (end_seq is None or end_seq > requested_seq)
@@ -165,6 +169,9 @@ def _check_turn_txn(db: Database, session_id: str, requested_seq: int, turn: Tur
         # scan, recover and the provider view could disagree about it, so it never starts.
         raise NoOpenTurn(session_id, "the call was requested outside a turn; dispatch calls inside an open turn")
     if turn is not None:
+        if start_seq != turn.start_seq and end_seq is not None and end_seq < turn.start_seq:
+            row = turn_at_txn(db, session_id, turn.start_seq)  # the resuming turn: held, open
+            start_seq, end_seq, _outer, attempt = row if row is not None else (None, None, None, None)
         if start_seq != turn.start_seq:
             raise LeaseLost(session_id, turn.attempt, "the call was not requested in this turn")
         if attempt != turn.attempt:

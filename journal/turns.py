@@ -116,6 +116,13 @@ def turn_before_txn(db: Database, session_id: str, seq: int) -> tuple[int, int |
     return None if row is None else (row[0], row[1], row[2], row[3])
 
 
+def turn_at_txn(db: Database, session_id: str, start_seq: int) -> tuple[int, int | None, int | None, int] | None:
+    """``(start_seq, end_seq, outer_start, attempt)`` of the session's turn started at
+    ``start_seq``, or ``None``."""
+    row = db.one(_TURN_AT, (session_id, start_seq))
+    return None if row is None else (row[0], row[1], row[2], row[3])
+
+
 def open_turn_at_txn(db: Database, session_id: str, boundary: int) -> int | None:
     """The seq of the innermost turn open just after event ``boundary``, or ``None``.
 

@@ -479,7 +479,8 @@ def test_a_tool_awaiting_confirmation_runs_once_when_a_human_confirms_and_never_
         if confirmed:
             assert [e["cents"] for e in ledger.entries()] == [4200]
             assert said == ["tool said [{'result': 'paid 4200 cents'}]"]
-            assert typed == [("tool_result", {"result": "paid 4200 cents"})]  # one answer: the tool's
+            # dispatched by the invocation that runs it (the request's turn ended awaiting the human)
+            assert typed == [("tool_call", None), ("tool_result", {"result": "paid 4200 cents"})]
         else:
             assert ledger.entries() == []
             assert typed == [("tool_result", {"error": "This tool call is rejected."})]

@@ -640,6 +640,39 @@ def test_repair_leaves_a_call_awaiting_approval_alone(tmp_path: Path) -> None:
     session.close()
 
 
+@pytest.mark.parametrize("approved", [True, False])
+def test_an_approved_tool_is_dispatched_before_it_runs_by_the_resumed_run(tmp_path: Path, approved: bool) -> None:
+    """The SDK runs a call a human approved before the resumed run's agent starts: the hooks
+    open the run's turn there and commit the dispatch first (it ran with none, so a kill inside
+    it paid again on the next resume); a rejected call is never dispatched."""
+    ran: list[int] = []
+
+    @function_tool(needs_approval=True)
+    def transfer(cents: int) -> str:
+        """Move money, with a human's approval."""
+        ran.append(cents)
+        return f"moved {cents}"
+
+    model = ScriptedModel([[function_call("transfer", {"cents": 5}, call_id="t-1")], [assistant_message("done")]])
+    agent = Agent(name="a", model=model, tools=[transfer])
+    path = tmp_path / "j.db"
+    session = JournalSession("s", path)
+    first = run(journal_run(agent, "move it", session=session))
+    state = first.to_state()
+    for interruption in first.interruptions:
+        state.approve(interruption) if approved else state.reject(interruption)
+    run(journal_run(agent, state, session=session))
+    session.close()
+    assert ran == ([5] if approved else [])
+    with journal.open(path, readonly=True) as j:
+        kinds = [e.type for e in j.events("s") if e.type in ("turn_start", "turn_end", "tool_call", "tool_result")]
+        if approved:  # the resumed run's turn holds the dispatch, then the result
+            assert kinds == ["turn_start", "turn_end", "turn_start", "tool_call", "tool_result", "turn_end"]
+        else:  # the SDK's "not approved" answer, saved before the resumed run's agent starts
+            assert kinds == ["turn_start", "turn_end", "tool_result", "turn_start", "turn_end"]
+        assert j.scan().clean and j.provider_view("s").missing == () and j.check() == []
+
+
 RACER = """
 import asyncio, sys
 from journal.adapters.openai_agents import JournalSession

@@ -481,3 +481,37 @@ def test_a_deferred_tool_ends_the_run_with_its_call_owed_and_its_result_lands_on
     second = jagent.run_sync(session_id="c1", deferred_tool_results=DeferredToolResults(calls={"ask-1": "yes"}))
     assert second.output == "approved"
     assert j.scan().clean and j.provider_view(sid).missing == ()
+
+
+def test_a_tool_requiring_approval_runs_once_when_approved_dispatched_by_the_resumed_run(target: str) -> None:
+    """``requires_approval=True``: the first run ends with the call awaiting a human; the run
+    given the approval executes it, its dispatch committed first by that run's turn (the turn
+    that requested it is closed), and the model gets its real result."""
+    from pydantic_ai import DeferredToolRequests, DeferredToolResults
+
+    ran: list[int] = []
+
+    def payer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if any(isinstance(p, ToolReturnPart) for m in messages if isinstance(m, ModelRequest) for p in m.parts):
+            return ModelResponse(parts=[TextPart("paid")])
+        return ModelResponse(parts=[ToolCallPart("pay", {"cents": 42}, tool_call_id="pay-1")])
+
+    agent: Agent[None, Any] = Agent(FunctionModel(payer), name="hitl", output_type=[str, DeferredToolRequests])
+
+    @agent.tool_plain(requires_approval=True)
+    def pay(cents: int) -> str:
+        ran.append(cents)
+        return f"paid {cents}"
+
+    jagent = JournalAgent(agent, target)
+    first = jagent.run_sync("pay it", session_id="c1")
+    assert isinstance(first.output, DeferredToolRequests) and ran == []
+    j = jagent.journal
+    assert isinstance(j, journal.Journal)
+    sid = journal_session_id("c1")
+    assert [m.tool_call_id for m in j.provider_view(sid).missing] == ["pay-1"]
+    second = jagent.run_sync(session_id="c1", deferred_tool_results=DeferredToolResults(approvals={"pay-1": True}))
+    assert second.output == "paid" and ran == [42]
+    calls = [(e.type, e.seq) for e in j.events(sid) if e.type in ("turn_start", "tool_call", "tool_result")]
+    assert [t for t, _ in calls] == ["turn_start", "turn_start", "tool_call", "tool_result"]
+    assert j.scan().clean and j.provider_view(sid).missing == ()

@@ -68,11 +68,12 @@ What it cannot do, honestly:
   no answer (its answer is the one the app appends later).
 - A tool behind ADK's confirmation gate (``require_confirmation``) is not dispatched while the gate
   answers it, and ADK's request to the human and the human's reply are no tool call of the typed
-  log. A call a human confirms runs in a later invocation, outside the turn that requested it, so
-  without the dispatch barrier (the journal dispatches a call only inside that turn): its result
-  is kept, but a kill while it runs is not answered "MAY have run". A crash while the
-  confirmation is pending answers the waiting call "did not run" (its turn was interrupted); the
-  confirmation that follows then gets that answer, not a run, and the model may ask again.
+  log. A call a human confirms is dispatched by the later invocation that runs it (before it
+  runs), but recovery does not yet answer such a call "MAY have run" after a kill inside it (it
+  answers the calls the interrupted turn requested): it stays dispatched without a result --
+  listed by the scan, never run again. A crash while the confirmation is pending answers the
+  waiting call "did not run" (its turn was interrupted); the confirmation that follows then gets
+  that answer, not a run, and the model may ask again.
 - Output that ADK turns into a function response differently from the tool's return value (an
   after-tool callback replacing it) reaches the journal twice: the plugin's result wins and the
   event's copy is kept as ``tool_result_late``.
@@ -542,8 +543,8 @@ class JournalSessionService(BaseSessionService):
         """Commit the call's dispatch before the tool runs; ``None`` lets it run. A call the
         journal dispatched or answered before is not run again: its answer is returned. A call
         ADK's confirmation gate answers instead of running the tool (awaiting a human, or
-        rejected) is not dispatched; one a human confirmed in a later invocation runs without a
-        dispatch record (the journal dispatches a call only in the turn that requested it)."""
+        rejected) is not dispatched; one a human confirmed is dispatched by the later
+        invocation that runs it."""
         session, call_id = context.session, context.function_call_id
         jid = journal_session_id(session.app_name, session.user_id, session.id)
         turn = self._live.get(jid)
@@ -557,10 +558,6 @@ class JournalSessionService(BaseSessionService):
                 return None
         try:
             await self._call("dispatch", jid, call_id, turn=turn)
-        except LeaseLost:
-            if confirmation is not None and confirmation.confirmed:
-                return None  # confirmed by a human after its turn ended: it runs, its result is kept
-            raise
         except (AlreadyDispatched, ResultExists):
             self._answered.add((jid, call_id))
             found = await _results(self._call, jid, {call_id}, 0)

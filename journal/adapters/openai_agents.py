@@ -584,13 +584,16 @@ class JournalRunHooks(RunHooks[Any]):
 
     async def on_agent_start(self, context: Any, agent: Any) -> None:
         if self._turn is not None:
-            if self._handoff:  # the same run goes on with another agent: the same turn
-                self._handoff = False
+            if self._handoff:  # the same run goes on with another agent (or a resumed run's
+                self._handoff = False  # approved tools opened its turn): the same turn
                 return
             if self.ending:
                 await self.finish()
             else:  # a run of these hooks ended without closing its turn (it raised)
                 await _repair(self._call, self.session, force=False, report=False)
+        await self._start_turn()
+
+    async def _start_turn(self) -> None:
         await self.session._ensure()
         try:
             turn = await self._call("turn_start", self.session.journal_id)
@@ -630,8 +633,14 @@ class JournalRunHooks(RunHooks[Any]):
 
     async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
         call_id = getattr(context, "tool_call_id", None)
-        if self._turn is None or not isinstance(call_id, str):
+        if not isinstance(call_id, str):
             return
+        if self._turn is None:
+            # A run resumed after a human approved a call runs that tool before the agent
+            # starts: the run's turn opens here, so the dispatch is committed before the tool
+            # runs (the journal dispatches the earlier turn's call in this one).
+            await self._start_turn()
+            self._handoff = True  # on_agent_start goes on in this turn
         try:
             done = await self._call("dispatch", self.session.journal_id, call_id, turn=self._turn)
         except UnknownToolCall:

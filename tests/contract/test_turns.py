@@ -147,6 +147,31 @@ def test_a_turn_closed_under_its_handle_dispatches_no_more_tools(j: journal.Jour
         j.dispatch(s, "c1")
 
 
+def test_a_call_an_earlier_turn_left_awaiting_approval_is_dispatched_by_the_turn_that_resumes_it(
+    j: journal.Journal, fresh
+) -> None:
+    """Frameworks pause a run for a human's approval: the turn that requested the call ends
+    without answering it, and a later run executes it. Its dispatch is committed, before the
+    tool runs, by the turn that holds the session then; nothing else may dispatch it."""
+    s = j.create_session().id
+    first = j.turn_start(s)
+    with first.step():
+        first.assistant("", tool_calls=CALLS[:1])
+    first.complete()  # paused: c1 awaits a human
+    with pytest.raises(journal.NoOpenTurn):
+        j.dispatch(s, "c1")  # no turn resumes it
+    with pytest.raises(journal.LeaseLost):
+        first.dispatch("c1")  # the paused turn's own handle: closed
+    second = j.turn_start(s)
+    with second.dispatch("c1") as call:
+        assert [e.type for e in fresh().events(s, since=second.start_seq)] == ["turn_start", "tool_call"]
+        call.result("approved and paid")
+    with pytest.raises(journal.AlreadyDispatched):
+        second.dispatch("c1")
+    second.complete()
+    assert j.scan().clean and j.provider_view(s).missing == ()
+
+
 def test_a_turn_closed_by_recovery_dispatches_no_more_tools(j: journal.Journal) -> None:
     s = j.create_session().id
     turn = j.turn_start(s)
