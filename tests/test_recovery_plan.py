@@ -152,9 +152,14 @@ SCOPE_CASES = [
         id="call-first-seen-outside-any-turn-not-repaired",
     ),
     pytest.param(
-        [turn_start(1), tool_use("a"), turn_end(1), turn_start(2), step_start(), tool_use("a"), dispatch("a")],
+        [turn_start(1), tool_use("a"), turn_end(1), turn_start(2), step_start(), tool_use("a")],
         [("end", 2, 1)],
         id="call-first-seen-in-a-closed-turn-belongs-to-it",
+    ),
+    pytest.param(
+        [turn_start(1), tool_use("a"), turn_end(1), turn_start(2), step_start(), dispatch("a")],
+        [("result", "a", UNKNOWN), ("end", 2, 1)],
+        id="call-a-closed-turn-left-owed-and-the-orphan-dispatched-is-the-orphans",  # resumed after an approval
     ),
     pytest.param(
         [turn_start(1), step_start(), tool_use("a"), dispatch("a"), turn_start(2), result("a", "done"), turn_end(2)],

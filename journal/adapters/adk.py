@@ -68,12 +68,10 @@ What it cannot do, honestly:
   no answer (its answer is the one the app appends later).
 - A tool behind ADK's confirmation gate (``require_confirmation``) is not dispatched while the gate
   answers it, and ADK's request to the human and the human's reply are no tool call of the typed
-  log. A call a human confirms is dispatched by the later invocation that runs it (before it
-  runs), but recovery does not yet answer such a call "MAY have run" after a kill inside it (it
-  answers the calls the interrupted turn requested): it stays dispatched without a result --
-  listed by the scan, never run again. A crash while the confirmation is pending answers the
-  waiting call "did not run" (its turn was interrupted); the confirmation that follows then gets
-  that answer, not a run, and the model may ask again.
+  log. A call a human confirms is dispatched by the later invocation that runs it, before it
+  runs (a kill inside it is answered "MAY have run"). A crash while the confirmation is pending
+  answers the waiting call "did not run" (its turn was interrupted); the confirmation that
+  follows then gets that answer, not a run, and the model may ask again.
 - Output that ADK turns into a function response differently from the tool's return value (an
   after-tool callback replacing it) reaches the journal twice: the plugin's result wins and the
   event's copy is kept as ``tool_result_late``.

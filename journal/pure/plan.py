@@ -93,8 +93,10 @@ def plan(events: Iterable[Event], *, before: Before | None = None) -> list[Repai
     For each orphaned turn, innermost first: one synthetic ``tool_result`` per owed call (in the
     order the calls were first seen), then its ``turn_end``. A call is owed by the innermost turn
     open at its first sighting (in an assistant message's ``tool_calls`` or a ``tool_call``
-    dispatch) when no ``tool_result`` anywhere in the log answers it. Never raises on malformed
-    data: what cannot be a call id (a non-string or empty id) is skipped.
+    dispatch) when no ``tool_result`` anywhere in the log answers it -- or, if it was first seen
+    where no turn stays open (a turn that ended awaiting a human's approval, or no turn), by the
+    innermost turn open at its dispatch: the run that resumed it handed it out. Never raises on
+    malformed data: what cannot be a call id (a non-string or empty id) is skipped.
     """
     log = _walk(events, before)
     repairs: list[Repair] = []
@@ -136,6 +138,15 @@ class _Log:
     calls: dict[str, _Call] = attrs.Factory(dict)  # in the order first seen
     dispatched: set[str] = attrs.Factory(set)
     answered: set[str] = attrs.Factory(set)
+
+    def resume(self, call_id: str) -> None:
+        """A call dispatched in an open turn after it was first seen where no turn stays open
+        (one that ended, or none) is that turn's now: sighted again here, last in order."""
+        known = self.calls.get(call_id)
+        if known is not None and (known.turn is None or known.turn not in self.open):
+            name = known.name
+            del self.calls[call_id]
+            self.sight(call_id, name)
 
     def sight(self, call_id: str, name: object) -> None:
         """Attribute a call to where it was first seen; a later sighting may only name it."""
@@ -188,6 +199,7 @@ def _walk(events: Iterable[Event], before: Before | None = None) -> _Log:
                 log.dispatched.add(dispatched)
                 if innermost is not None:
                     innermost.dispatched.add(dispatched)
+                    log.resume(dispatched)
                 log.sight(dispatched, data.get("name"))
         elif kind == EventType.TOOL_RESULT:
             answered = data.get("tool_call_id")

@@ -78,8 +78,9 @@ open_turn AS MATERIALIZED (
     AND NOT EXISTS (SELECT 1 FROM turn_journal AS u WHERE u.session_id = s.id AND u.start_seq > t.start_seq)
     AND NOT EXISTS (SELECT 1 FROM tool_calls AS d
                      WHERE d.session_id = s.id AND d.result_seq IS NULL AND d.dispatch_seq IS NOT NULL
-                       AND (d.requested_seq IS NULL OR d.dispatch_seq < d.requested_seq)
-                       AND GREATEST(d.dispatch_seq, coalesce(d.requested_seq, -1)) >= t.start_seq) AS simple,
+                       AND ((d.requested_seq IS NULL OR d.dispatch_seq < d.requested_seq)
+                            AND GREATEST(d.dispatch_seq, coalesce(d.requested_seq, -1)) >= t.start_seq
+                            OR d.requested_seq < t.start_seq AND d.dispatch_seq >= t.start_seq)) AS simple,
     (SELECT max(v.seq) FROM events AS v WHERE v.session_id = s.id) + 1 AS next_seq,
     EXISTS (SELECT 1 FROM events AS v WHERE v.session_id = s.id AND v.seq > t.start_seq AND v.type = 'tool_call'
              AND json_typeof(journal_json_of(v.data) -> 'id') = 'string'
@@ -212,7 +213,7 @@ STATEMENTS = Statements(
         "FROM turn_journal AS t "
         "LEFT JOIN submissions AS q ON q.id = t.submission_id "
         "LEFT JOIN tool_calls AS c ON c.session_id = t.session_id AND c.result_seq IS NULL "
-        "AND coalesce(c.requested_seq, c.dispatch_seq) >= t.start_seq "
+        "AND (coalesce(c.requested_seq, c.dispatch_seq) >= t.start_seq OR c.dispatch_seq >= t.start_seq) "
         "WHERE t.end_seq IS NULL "
         "ORDER BY t.session_id, t.start_seq, coalesce(c.requested_seq, c.dispatch_seq), c.call_id"
     ),

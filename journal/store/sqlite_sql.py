@@ -72,7 +72,8 @@ PREVIEWS_AT_SQL = _PREVIEW_COLUMNS + (
 # NULL for a turn owing none), read from the derived tables and the open turn's own events only.
 # ``simple`` says the turn is the common case that path plans alone: a session that is no fork,
 # with this one open turn and no turn after its start (no nesting), every owed call first seen in
-# an assistant message of the turn (not first by its dispatch). ``dispatching``: the turn recorded
+# an assistant message of the turn (not first by its dispatch, nor requested before the turn and
+# dispatched in it: a call resumed after an approval). ``dispatching``: the turn recorded
 # a dispatch. A call's ``position`` in its request orders calls requested together; ``name`` is
 # the request's name when it is text (NULL: the planner decides).
 OPEN_WORK_SQL = """\
@@ -84,8 +85,9 @@ open_turn AS MATERIALIZED (
     AND NOT EXISTS (SELECT 1 FROM turn_journal WHERE session_id = s.id AND start_seq > t.start_seq)
     AND NOT EXISTS (SELECT 1 FROM tool_calls INDEXED BY tool_calls_owed
                      WHERE session_id = s.id AND result_seq IS NULL AND dispatch_seq IS NOT NULL
-                       AND (requested_seq IS NULL OR dispatch_seq < requested_seq)
-                       AND max(dispatch_seq, coalesce(requested_seq, -1)) >= t.start_seq) AS simple,
+                       AND ((requested_seq IS NULL OR dispatch_seq < requested_seq)
+                            AND max(dispatch_seq, coalesce(requested_seq, -1)) >= t.start_seq
+                            OR requested_seq < t.start_seq AND dispatch_seq >= t.start_seq)) AS simple,
     (SELECT max(seq) FROM events WHERE session_id = s.id) + 1 AS next_seq,
     EXISTS (SELECT 1 FROM events WHERE session_id = s.id AND seq > t.start_seq AND type = 'tool_call'
              AND json_type(data, '$.id') = 'text' AND data ->> '$.id' <> '') AS dispatching
@@ -273,7 +275,7 @@ STATEMENTS = Statements(
         "FROM turn_journal AS t INDEXED BY turn_journal_open "
         "LEFT JOIN submissions AS q ON q.id = t.submission_id "
         "LEFT JOIN tool_calls AS c INDEXED BY tool_calls_owed ON c.session_id = t.session_id AND c.result_seq IS NULL "
-        "AND coalesce(c.requested_seq, c.dispatch_seq) >= t.start_seq "
+        "AND (coalesce(c.requested_seq, c.dispatch_seq) >= t.start_seq OR c.dispatch_seq >= t.start_seq) "
         "WHERE t.end_seq IS NULL "
         "ORDER BY t.session_id, t.start_seq, coalesce(c.requested_seq, c.dispatch_seq), c.call_id"
     ),

@@ -146,7 +146,6 @@ _COMMON = {
         ("turn_end", {"turn": 1, "steps": 0, "reason": "complete"}),
         ("turn_start", {"turn": 2}),
         ("assistant_message", {"content": "", "tool_calls": [{"id": "a", "name": "log"}, {"id": "c", "name": "x"}]}),
-        ("tool_call", {"id": "a", "name": "log"}),
     ],
     "two_steps_dispatched": [
         *_DISPATCHED,
@@ -157,6 +156,15 @@ _COMMON = {
     ],
 }
 _PLANNERS = {
+    # a call a closed turn left owed, dispatched by the open one (resumed after an approval)
+    "call_seen_in_history_dispatched": [
+        ("turn_start", {"turn": 1}),
+        ("assistant_message", {"content": "", "tool_calls": [{"id": "a", "name": "log"}]}),
+        ("turn_end", {"turn": 1, "steps": 0, "reason": "complete"}),
+        ("turn_start", {"turn": 2}),
+        ("assistant_message", {"content": "", "tool_calls": [{"id": "a", "name": "log"}, {"id": "c", "name": "x"}]}),
+        ("tool_call", {"id": "a", "name": "log"}),
+    ],
     "closed_step_no_dispatch": [*_DISPATCHED[:4], ("step_end", {"turn": 1, "step": 1, "outcome": "ok"})],
     "closed_step_then_open_step": [
         *_DISPATCHED[:4],

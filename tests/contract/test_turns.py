@@ -172,6 +172,30 @@ def test_a_call_an_earlier_turn_left_awaiting_approval_is_dispatched_by_the_turn
     assert j.scan().clean and j.provider_view(s).missing == ()
 
 
+def test_a_resumed_call_killed_inside_its_tool_is_answered_may_have_run_by_recovery(j: journal.Journal) -> None:
+    """The call an approval resumed was handed out by the resuming turn: a crash inside it is
+    that turn's, so the scan lists it as owed and recovery answers it "MAY have run"."""
+    s = j.create_session().id
+    first = j.turn_start(s)
+    with first.step():
+        first.assistant("", tool_calls=CALLS[:1])
+    first.complete()  # paused for a human
+    second = j.turn_start(s)
+    second.dispatch("c1")  # approved, handed out, then the process dies inside the tool
+    (turn,) = j.scan().open_turns
+    assert turn.start_seq == second.start_seq and [c.call_id for c in turn.owed] == ["c1"]
+    planned = j.plan(s)
+    (result,) = j.recover(s, force=True)
+    assert [(e.type, e.data) for e in result.appended] == [(r.type, r.data) for r in planned]
+    answer, end = result.appended
+    assert (
+        answer.data["tool_call_id"] == "c1"
+        and answer.data["metadata"]["risk"] == journal.Risk.TOOL_OUTCOME_UNKNOWN.value
+    )
+    assert end.data["reason"] == "interrupted"
+    assert j.scan().clean and j.provider_view(s).missing == ()
+
+
 def test_a_turn_closed_by_recovery_dispatches_no_more_tools(j: journal.Journal) -> None:
     s = j.create_session().id
     turn = j.turn_start(s)
