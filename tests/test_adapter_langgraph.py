@@ -613,3 +613,91 @@ def test_g9_repair_of_an_async_crash_whose_tool_write_has_no_id_hands_over_one_a
             ("human", None), ("ai", None), ("tool", "pay-1"), ("human", None)
         ]  # fmt: skip
         assert seen[2].content == "paid 4200 cents"  # the tool's own result, stored before the kill
+
+
+HITL_GRAPH = """
+import sys
+from typing import Any
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import interrupt
+from journal.adapters.langgraph import JournalSaver
+
+
+INPUTS = []
+
+
+class Asker(BaseChatModel):
+    @property
+    def _llm_type(self):
+        return "scripted"
+
+    def _generate(self, messages, stop=None, run_manager=None, **kw):
+        INPUTS.append([(m.type, getattr(m, "tool_call_id", None)) for m in messages])
+        if messages[-1].type == "human":
+            answer = AIMessage(content="", tool_calls=[{"id": "call-1", "name": "pay", "args": {"cents": 42}}])
+        else:
+            answer = AIMessage(content="done: " + messages[-1].content)
+        return ChatResult(generations=[ChatGeneration(message=answer)])
+
+    def bind_tools(self, *a, **k):
+        return self
+
+
+def graph(db, ledger):
+    model = Asker()
+
+    @tool
+    def pay(cents: int) -> str:
+        '''Pay, once a human approves.'''
+        if interrupt({"approve?": cents}) != "yes":
+            return "not approved"
+        with open(ledger, "a") as f:
+            f.write(f"paid {cents}\\n")
+        return f"paid {cents}"
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
+    builder.add_node("tools", ToolNode([pay]))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=JournalSaver(db))
+"""
+
+
+def test_a_graph_paused_at_an_interrupt_is_resumed_by_another_process_not_recovered_as_a_crash(
+    tmp_path: Path,
+) -> None:
+    """The process that paused at ``interrupt()`` exited normally; the next one reads the thread
+    (its turn's owner is gone) and resumes with ``Command(resume=...)``: the pause is not a
+    crash, so the tool runs once and the model gets one answer, the real one."""
+    from langgraph.types import Command
+
+    db, ledger = tmp_path / "j.db", tmp_path / "ledger"
+    pause = HITL_GRAPH + (
+        "\ng = graph(sys.argv[1], sys.argv[2])"
+        "\ng.invoke({'messages': [('user', 'pay the bill')]}, {'configurable': {'thread_id': 't1'}}, durability='sync')"
+        "\nprint([i.value for i in g.get_state({'configurable': {'thread_id': 't1'}}).interrupts])"
+    )
+    done = run_child(pause, str(db), str(ledger))
+    assert done.returncode == 0 and "approve?" in done.stdout, done.stderr
+    space: dict[str, Any] = {}
+    exec(HITL_GRAPH, space)  # the same graph, in this process
+    g = space["graph"](str(db), str(ledger))
+    config = {"configurable": {"thread_id": "t1"}}
+    assert g.get_state(config).interrupts  # still paused: the read recovered nothing
+    out = g.invoke(Command(resume="yes"), config, durability="sync")
+    assert ledger.read_text() == "paid 42\n"
+    assert [m.type for m in out["messages"]] == ["human", "ai", "tool", "ai"] and out["messages"][
+        -1
+    ].content == "done: paid 42"
+    assert space["INPUTS"][-1] == [("human", None), ("ai", None), ("tool", "call-1")]
+    g.checkpointer.close()
+    with journal.open(db, readonly=True) as j:
+        results = [(e.type, e.data["content"]) for e in j.events("t1") if e.type.startswith("tool_result")]
+        assert results == [("tool_result", "paid 42")] and j.scan().clean

@@ -132,6 +132,10 @@ __all__ = ["JournalSaver", "Repaired", "ToolNodeNotFound", "arepair", "repair", 
 
 log = logging.getLogger(__name__)
 
+# The pending write of a node that called ``interrupt()`` (a special write of LangGraph's, as
+# ``WRITES_IDX_MAP`` names it; its constant is private in LangGraph 1.x).
+INTERRUPT = "__interrupt__"
+assert INTERRUPT in WRITES_IDX_MAP
 CHECKPOINT = "x.langgraph.checkpoint"
 WRITE = "x.langgraph.write"
 DELETE = "x.langgraph.delete"
@@ -409,15 +413,32 @@ class JournalSaver(BaseCheckpointSaver[str]):
         it dispatched answered (MAY have run) instead of running the tool again or handing the
         model an unanswered call. A turn of a live process, or of another host, is left alone;
         a turn with no recorded owner (an older saver's) too: ``repair`` or ``journal recover``
-        answer it."""
+        answer it. So is a run that paused itself at an ``interrupt()`` (its head checkpoint
+        holds the interrupt): it waits for a human and ran nothing when its process went."""
         if self.journal.readonly:
             return
         try:
             open_turn = self.journal.turn_state(session_id)
         except journal.SessionNotFound:
             return
-        if open_turn is not None and owner_is_dead(open_turn.owner):
+        if open_turn is None or not owner_is_dead(open_turn.owner):
+            return
+        if not self._paused(session_id):
             self.journal.recover(session_id)
+
+    def _paused(self, session_id: str) -> bool:
+        """Whether the thread's head checkpoint has a pending ``interrupt()`` write: the graph
+        stopped there on purpose (``Command(resume=...)`` continues it)."""
+        head = None
+        for event in self.journal.events(session_id, types=[CHECKPOINT], newest_first=True, limit=64):
+            if event.data.get("ns") == "":
+                head = event
+                break
+        if head is None:
+            return False
+        writes = self.journal.events(session_id, since=head.seq, types=[WRITE])
+        at_head = [w.data for w in writes if w.data.get("ns") == "" and w.data.get("checkpoint_id") == head.data["id"]]
+        return any(d.get("channel") == INTERRUPT for d in at_head)
 
     def _threads(self) -> Iterator[tuple[str, str]]:
         """Every LangGraph thread of the file, as ``(thread id, session id)``."""
