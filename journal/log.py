@@ -67,9 +67,8 @@ _INSERT_OWN_RESULT = (
     "INSERT INTO events (session_id, seq, type, data, time_ms) SELECT ?1, ?2, ?3, ?4, ?5 "
     "WHERE (SELECT seed_length FROM sessions WHERE id = ?1) = 0"
 )
-# (A dispatch's also needs its open turn: the store's ``sql.insert_own_dispatch``; a turn_end's
-# must not name another turn than the open one: ``sql.insert_turn_end``.)
-_FAST_TYPES = frozenset({"tool_result", "tool_call", "turn_end"})
+# (A dispatch's also needs its open turn: the store's ``sql.insert_own_dispatch``.)
+_FAST_TYPES = frozenset({"tool_result", "tool_call"})
 
 
 def check_session_id(session_id: object, name: str = "session_id") -> str:
@@ -115,20 +114,18 @@ _IMPORT_FIELDS = {NoOpenTurn: "type", AlreadyDispatched: "data.id", ResultExists
 
 def _fast_insert(sql: Statements, type_: str) -> str:
     """The fast path's INSERT of an event of this type (``_FAST_TYPES``: one that inserts nothing
-    where the log's reading path must decide), in the store's dialect."""
+    for a fork), in the store's dialect."""
     if type_ == "tool_call":
         return sql.insert_own_dispatch
-    if type_ == _TURN_END:
-        return sql.insert_turn_end
     return _INSERT_OWN_RESULT if type_ == "tool_result" else _INSERT
 
 
 def _plain_row(session_id: str, seq: int | None, type_: str, text: str, time_ms: int) -> EventRow | None:
     """The row of an append (no key, no expected count) that inserts it alone, with nothing to
     read first, given the guess of the session's next seq: what a writer may insert with others
-    in one statement. ``None`` without a guess, or for a dispatch, a result or a turn's end (their
-    own statements: ``_fast_insert``)."""
-    if seq is None or type_ in _FAST_TYPES:
+    in one statement. ``None`` without a guess, or for a dispatch or a result (their own
+    statements: ``_fast_insert``), or a turn's end (checked against the open turn)."""
+    if seq is None or type_ in _FAST_TYPES or type_ == _TURN_END:
         return None
     return (session_id, seq, type_, text, time_ms)
 
@@ -398,14 +395,19 @@ class Log:
         time_ms = now_ms()
         guesses = self._store.next_seqs
         seq = guesses.get(session_id)
-        if seq is not None and expected_count is None and (key is None or type not in _FAST_TYPES):
+        if (
+            seq is not None
+            and expected_count is None
+            and type != _TURN_END
+            and (key is None or type not in _FAST_TYPES)
+        ):
             # The common case: this connection wrote the session's last event, so the INSERT
             # alone is the whole transaction. The schema's contiguity trigger refuses a stale seq
             # (another connection appended since); a dispatch or result of a fork, or a dispatch
             # outside a turn, or a keyed event of a fork, inserts nothing; a second dispatch or
             # result, or a stored key, hits a unique index. Each then takes the path below, which
-            # reads inside a transaction and says which. (A turn_end naming another turn than the
-            # open one inserts nothing either: ``sql.insert_turn_end``.)
+            # reads inside a transaction and says which. (A turn's end always reads the open
+            # turn first: it must not name another.)
             if key is None:
                 row: tuple[Any, ...] = (session_id, seq, type, text, time_ms)
                 sql = _fast_insert(self._store.sql, type)

@@ -181,11 +181,6 @@ STATEMENTS = Statements(
         "WHERE (SELECT seed_length FROM sessions WHERE id = ?1) = 0 "
         "AND EXISTS (SELECT 1 FROM turn_journal WHERE session_id = ?1 AND end_seq IS NULL)"
     ),
-    insert_turn_end=(
-        "INSERT INTO events (session_id, seq, type, data, time_ms) SELECT ?1, ?2, ?3, ?4, ?5 "
-        "WHERE coalesce((SELECT turn FROM turn_journal WHERE session_id = ?1 AND end_seq IS NULL "
-        "ORDER BY start_seq DESC LIMIT 1) = (journal_json_of(CAST(?4 AS text)) ->> 'turn')::bigint, true)"
-    ),
     app_events_oldest_first=_APP_EVENTS.format(order="ASC"),
     app_events_newest_first=_APP_EVENTS.format(order="DESC"),
     # Through the digests schema_pg.sql indexes (a key or value may be longer than a btree

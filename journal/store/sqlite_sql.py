@@ -245,11 +245,6 @@ STATEMENTS = Statements(
         "WHERE (SELECT seed_length FROM sessions WHERE id = ?1) = 0 "
         "AND EXISTS (SELECT 1 FROM turn_journal INDEXED BY turn_journal_open WHERE session_id = ?1 AND end_seq IS NULL)"
     ),
-    insert_turn_end=(
-        "INSERT INTO events (session_id, seq, type, data, time_ms) SELECT ?1, ?2, ?3, ?4, ?5 "
-        "WHERE coalesce((SELECT turn FROM turn_journal INDEXED BY turn_journal_open "
-        "WHERE session_id = ?1 AND end_seq IS NULL ORDER BY start_seq DESC LIMIT 1) = (?4 ->> '$.turn'), 1)"
-    ),
     app_events_oldest_first=_APP_EVENTS.format(order="ASC"),
     app_events_newest_first=_APP_EVENTS.format(order="DESC"),
     meta_sessions="SELECT session_id FROM session_meta WHERE key = ? AND type = ? AND value = ?",

@@ -49,9 +49,6 @@ class Statements:
     # (session, seq, type, data, time_ms): a dispatch inside an open turn of a session that is not
     # a fork; inserts nothing otherwise (the append then takes the path that reads the chain).
     insert_own_dispatch: str
-    # (session, seq, type, data, time_ms): a turn_end, unless it names (``turn``) another turn
-    # than the innermost open one; inserts nothing then (the append's reading path says why).
-    insert_turn_end: str
     # (session, type, lo, hi, limit): a segment's events of one app type (x.*), oldest first.
     app_events_oldest_first: str
     # The same, newest first.
