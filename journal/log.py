@@ -395,19 +395,23 @@ class Log:
         time_ms = now_ms()
         guesses = self._store.next_seqs
         seq = guesses.get(session_id)
-        if (
-            seq is not None
-            and expected_count is None
-            and type != _TURN_END
-            and (key is None or type not in _FAST_TYPES)
-        ):
+        fast = seq is not None and expected_count is None and (key is None or type not in _FAST_TYPES)
+        if fast and type == _TURN_END:
+            # It must not name another turn than the open one: read first, outside a
+            # transaction. Sound: the INSERT at the guessed seq succeeds only if nothing was
+            # appended since this connection's last write, and only appends move turns.
+            with self._store.read() as db:
+                try:
+                    check_turn(_open_turns_txn(db, session_id), type, copy, -1)
+                except InvalidEvent:
+                    fast = False  # the path below says why, inside its transaction
+        if fast and seq is not None:
             # The common case: this connection wrote the session's last event, so the INSERT
             # alone is the whole transaction. The schema's contiguity trigger refuses a stale seq
             # (another connection appended since); a dispatch or result of a fork, or a dispatch
             # outside a turn, or a keyed event of a fork, inserts nothing; a second dispatch or
             # result, or a stored key, hits a unique index. Each then takes the path below, which
-            # reads inside a transaction and says which. (A turn's end always reads the open
-            # turn first: it must not name another.)
+            # reads inside a transaction and says which.
             if key is None:
                 row: tuple[Any, ...] = (session_id, seq, type, text, time_ms)
                 sql = _fast_insert(self._store.sql, type)
