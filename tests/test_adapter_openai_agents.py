@@ -641,7 +641,7 @@ def test_repair_leaves_a_call_awaiting_approval_alone(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("approved", [True, False])
-def test_an_approved_tool_is_dispatched_before_it_runs_by_the_resumed_run(tmp_path: Path, approved: bool) -> None:
+def test_g6_an_approved_tool_is_dispatched_before_it_runs_by_the_resumed_run(tmp_path: Path, approved: bool) -> None:
     """The SDK runs a call a human approved before the resumed run's agent starts: the hooks
     open the run's turn there and commit the dispatch first (it ran with none, so a kill inside
     it paid again on the next resume); a rejected call is never dispatched."""

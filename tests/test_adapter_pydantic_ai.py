@@ -483,7 +483,7 @@ def test_a_deferred_tool_ends_the_run_with_its_call_owed_and_its_result_lands_on
     assert j.scan().clean and j.provider_view(sid).missing == ()
 
 
-def test_a_tool_requiring_approval_runs_once_when_approved_dispatched_by_the_resumed_run(target: str) -> None:
+def test_g6_a_tool_requiring_approval_runs_once_when_approved_dispatched_by_the_resumed_run(target: str) -> None:
     """``requires_approval=True``: the first run ends with the call awaiting a human; the run
     given the approval executes it, its dispatch committed first by that run's turn (the turn
     that requested it is closed), and the model gets its real result."""

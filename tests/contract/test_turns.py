@@ -147,7 +147,7 @@ def test_a_turn_closed_under_its_handle_dispatches_no_more_tools(j: journal.Jour
         j.dispatch(s, "c1")
 
 
-def test_a_call_an_earlier_turn_left_awaiting_approval_is_dispatched_by_the_turn_that_resumes_it(
+def test_g6_a_call_an_earlier_turn_left_awaiting_approval_is_dispatched_by_the_turn_that_resumes_it(
     j: journal.Journal, fresh
 ) -> None:
     """Frameworks pause a run for a human's approval: the turn that requested the call ends
@@ -172,7 +172,7 @@ def test_a_call_an_earlier_turn_left_awaiting_approval_is_dispatched_by_the_turn
     assert j.scan().clean and j.provider_view(s).missing == ()
 
 
-def test_a_resumed_call_killed_inside_its_tool_is_answered_may_have_run_by_recovery(j: journal.Journal) -> None:
+def test_g8_a_resumed_call_killed_inside_its_tool_is_answered_may_have_run_by_recovery(j: journal.Journal) -> None:
     """The call an approval resumed was handed out by the resuming turn: a crash inside it is
     that turn's, so the scan lists it as owed and recovery answers it "MAY have run"."""
     s = j.create_session().id
@@ -216,7 +216,7 @@ def test_a_turn_closed_by_recovery_dispatches_no_more_tools(j: journal.Journal) 
         pytest.param(lambda j, s, end: asyncio.run(_async_append(j, s, end)), id="async_append"),
     ],
 )
-def test_only_recovery_ends_a_turn_as_interrupted(j: journal.Journal, fresh, write) -> None:
+def test_g12_only_recovery_ends_a_turn_as_interrupted(j: journal.Journal, fresh, write) -> None:
     """DESIGN §5: ``interrupted`` is recovery's mark of a crash; a plain append of it is refused
     before anything is written, on every face, and recovery still writes its own."""
     s = j.create_session().id
@@ -241,7 +241,7 @@ def test_only_recovery_ends_a_turn_as_interrupted(j: journal.Journal, fresh, wri
         pytest.param(lambda j, s, end: asyncio.run(_async_append(j, s, end)), id="async_append"),
     ],
 )
-def test_a_turn_end_naming_another_turn_than_the_open_one_is_refused(j: journal.Journal, fresh, write) -> None:
+def test_g12_a_turn_end_naming_another_turn_than_the_open_one_is_refused(j: journal.Journal, fresh, write) -> None:
     """A ``turn_end`` closes the innermost open turn: one naming another would make the log say
     turn 1 ended while turn 7 did (and recovery would end turn 1 again)."""
     s = j.create_session().id
