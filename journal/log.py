@@ -184,6 +184,11 @@ def check_turn(open_turns: OpenTurns, type_: str, data: dict[str, Any], seq: int
         open_turns.pop()
 
 
+def check_turn_end_txn(db: Database, session_id: str, data: dict[str, Any], index: int | None = None) -> None:
+    """``check_turn`` of a plain ``turn_end`` against the session's open turns as they are now."""
+    check_turn(_open_turns_txn(db, session_id), _TURN_END, data, -1, index)
+
+
 def _reads_settled_txn(
     db: Database, session_id: str, encoded: list[tuple[str, str, str | None]], copies: list[dict[str, Any]]
 ) -> tuple[bool, OpenTurns | None]:
@@ -402,10 +407,10 @@ class Log:
             # appended since this connection's last write, and only appends move turns.
             with self._store.read() as db:
                 try:
-                    check_turn(_open_turns_txn(db, session_id), type, copy, -1)
+                    check_turn_end_txn(db, session_id, copy)
                 except InvalidEvent:
                     fast = False  # the path below says why, inside its transaction
-        if fast and seq is not None:
+        if seq is not None and fast:
             # The common case: this connection wrote the session's last event, so the INSERT
             # alone is the whole transaction. The schema's contiguity trigger refuses a stale seq
             # (another connection appended since); a dispatch or result of a fork, or a dispatch
@@ -440,7 +445,7 @@ class Log:
             seq = db.next_seqs.get(session_id, guesses.get(session_id))
             if seq is None or type in _GUARDED or type == _TURN_END or key is not None or expected_count is not None:
                 if type == _TURN_END:
-                    check_turn(_open_turns_txn(db, session_id), type, copy, -1)
+                    check_turn_end_txn(db, session_id, copy)
                 check_dispatch_in_turn_txn(db, session_id, type, copy)
                 seq = self.append_text_txn(db, session_id, type, text, time_ms, call_id=call_id_of(type, copy), key=key)
             else:
@@ -601,7 +606,7 @@ class Log:
             if found is not None:
                 return found
         if type_ == _TURN_END:
-            check_turn(_open_turns_txn(db, session_id), type_, copy, -1, index)
+            check_turn_end_txn(db, session_id, copy, index)
         checked = False
         if type_ == "tool_result":
             call_id = copy["tool_call_id"]
