@@ -5,6 +5,7 @@ from journal.effects import EffectAction, EffectRecovery, IndeterminateCall, Ind
 from journal.engine import Journal, open
 from journal.errors import (
     AlreadyDispatched,
+    ApprovedAfterDispatch,
     BoundaryOutOfRange,
     CorruptJournal,
     CountMismatch,
@@ -72,6 +73,7 @@ from journal.turns import Turn, TurnState
 
 __all__ = [
     "AlreadyDispatched",
+    "ApprovedAfterDispatch",
     "BoundaryOutOfRange",
     "CallState",
     "Claim",

@@ -278,6 +278,24 @@ class AlreadyDispatched(JournalError):
         )
 
 
+class ApprovedAfterDispatch(AlreadyDispatched):
+    """A tool approved by a human was dispatched before, by the run that asked for the approval:
+    its body asked for it (pydantic-ai's ``ApprovalRequired`` raised inside the tool) after the
+    dispatch was recorded. What that body did before it asked is unknown, so it does not run
+    again; declare the tool with ``requires_approval=True`` (asked before it is dispatched)."""
+
+    def __init__(self, session_id: str, call_id: str, seq: int, tool: str) -> None:
+        JournalError.__init__(self, session_id, call_id, seq, tool)
+        self.session_id, self.call_id, self.seq, self.tool = session_id, call_id, seq, tool
+
+    def message(self) -> str:
+        return (
+            f"session {_q(self.session_id)}: tool call {_q(self.call_id)} of {_q(self.tool)} was dispatched "
+            f"(seq {self.seq}) before its body asked for approval, so it does not run again; "
+            "declare the tool with requires_approval=True to be asked before it is dispatched"
+        )
+
+
 class ResultExists(JournalError):
     """A plain append of a second result for a call; use ``put_result`` to keep it as evidence."""
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic_ai import Agent
+from pydantic_ai import Agent, RunContext
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -481,6 +481,40 @@ def test_a_deferred_tool_ends_the_run_with_its_call_owed_and_its_result_lands_on
     second = jagent.run_sync(session_id="c1", deferred_tool_results=DeferredToolResults(calls={"ask-1": "yes"}))
     assert second.output == "approved"
     assert j.scan().clean and j.provider_view(sid).missing == ()
+
+
+def test_g9_a_tool_that_asks_for_approval_in_its_body_is_not_run_again_when_approved(target: str) -> None:
+    """A body that raises ``ApprovalRequired`` ran after its dispatch was committed (G6): the run
+    given the approval is refused with ``ApprovedAfterDispatch`` naming ``requires_approval``,
+    before the body runs again, and the call stays owed (nothing is invented for it)."""
+    from pydantic_ai import ApprovalRequired, DeferredToolRequests, DeferredToolResults
+
+    ran: list[int] = []
+
+    def payer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if any(isinstance(p, ToolReturnPart) for m in messages if isinstance(m, ModelRequest) for p in m.parts):
+            return ModelResponse(parts=[TextPart("paid")])
+        return ModelResponse(parts=[ToolCallPart("pay", {"cents": 42}, tool_call_id="pay-1")])
+
+    agent: Agent[None, Any] = Agent(FunctionModel(payer), name="hitl", output_type=[str, DeferredToolRequests])
+
+    @agent.tool
+    def pay(ctx: RunContext[None], cents: int) -> str:
+        if not ctx.tool_call_approved:
+            raise ApprovalRequired()
+        ran.append(cents)
+        return f"paid {cents}"
+
+    jagent = JournalAgent(agent, target)
+    first = jagent.run_sync("pay it", session_id="c1")
+    assert isinstance(first.output, DeferredToolRequests) and ran == []
+    with pytest.raises(journal.ApprovedAfterDispatch, match="requires_approval=True") as caught:
+        jagent.run_sync(session_id="c1", deferred_tool_results=DeferredToolResults(approvals={"pay-1": True}))
+    assert isinstance(caught.value, journal.AlreadyDispatched) and caught.value.tool == "pay"
+    assert ran == []
+    j = jagent.journal
+    assert isinstance(j, journal.Journal)
+    assert [m.tool_call_id for m in j.provider_view(journal_session_id("c1")).missing] == ["pay-1"]
 
 
 def test_g6_a_tool_requiring_approval_runs_once_when_approved_dispatched_by_the_resumed_run(target: str) -> None:

@@ -87,6 +87,11 @@ What it cannot do, honestly:
   are tested; a run's events are not stored.
 - Tool call ids must be unique within a session: a reused id is refused at dispatch
   (``AlreadyDispatched``) rather than run twice.
+- A tool whose body raises ``ApprovalRequired`` was dispatched before it asked (the dispatch is
+  committed before any body runs): the run given the approval refuses to run it again
+  (``ApprovedAfterDispatch``, nothing run), since what the body did before it asked is unknown.
+  Declare such a tool ``requires_approval=True``: pydantic-ai then asks before the call is
+  dispatched, and the approved run dispatches and runs it once.
 - ``run_sync`` (and ``repair``) on an ``AsyncJournal`` is refused with ``WrongLoop``.
 - Two runs of one session must not overlap (in one process, recovery cannot tell a live run of
   its own from a dead one). A process keeps what it has read of each session (events never
@@ -137,6 +142,8 @@ from journal.adapters.pydantic_ai_messages import MESSAGE, Fold, History, Typed,
 from journal.adapters.repaired import Repaired
 from journal.aio import AsyncJournal
 from journal.errors import (
+    AlreadyDispatched,
+    ApprovedAfterDispatch,
     CountMismatch,
     InvalidArgument,
     JournalError,
@@ -384,7 +391,14 @@ class JournalDurability(BaseDurabilityCapability[Any]):
         if run is None:  # pragma: no cover - a tool outside a run
             return await handler(args)
         await self._flush()  # (nothing is pending here: the response that asked was committed)
-        dispatched = await self._call("dispatch", run.sid, call.tool_call_id, turn=run.turn)
+        try:
+            dispatched = await self._call("dispatch", run.sid, call.tool_call_id, turn=run.turn)
+        except AlreadyDispatched as exc:
+            if getattr(ctx, "tool_call_approved", False):
+                # The body raised ApprovalRequired after an earlier run dispatched it: the journal
+                # cannot tell what that body did before it asked, so it does not run it again.
+                raise ApprovedAfterDispatch(exc.session_id, exc.call_id, exc.seq, call.tool_name) from exc
+            raise
         self._note(dispatched.event)
         result = await handler(args)
         part = ToolReturnPart(tool_name=call.tool_name, content=result, tool_call_id=call.tool_call_id)
