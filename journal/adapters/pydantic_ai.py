@@ -606,12 +606,21 @@ class JournalConversationStore(ConversationStore):
     async def read_history(self, head_id: str | None, *, limit: int | None = None) -> list[ConversationEntry]:
         raise NotImplementedError  # pragma: no cover - _history_of is overridden below
 
-    async def _history_of(self, record: ConversationRecord, *, limit: int | None = None) -> list[ConversationEntry]:
+    async def _history_of(
+        self, record: ConversationRecord, *, limit: int | None = None, up_to: str | None = None
+    ) -> list[ConversationEntry] | None:
+        """The history, or its part up to the entry ``up_to`` (``KeyError`` if there is none), or
+        its last ``limit`` entries of that. Never ``None``: the history only grows, one read."""
         history = await _history(self._call, journal_session_id(record.conversation_id))
         entries = [
             ConversationEntry(id=str(i), parent_id=None if i == 0 else str(i - 1), message=message)
             for i, message in enumerate(history.messages)
         ]
+        if up_to is not None:
+            end = _position(up_to)
+            if not 0 <= end < len(entries):
+                raise KeyError(up_to)
+            entries = entries[: end + 1]
         return entries[-limit:] if limit else ([] if limit == 0 else entries)
 
 
