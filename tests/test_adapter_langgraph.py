@@ -303,21 +303,23 @@ def test_g6_g9_after_a_kill_inside_a_tool_repair_answers_the_call_and_the_next_r
         assert {c.call_id for c in report.pending_calls} == calls  # dispatched before the tool ran
         assert [t.session_id for t in report.open_turns] == ["t1"]
 
-        saver.copy_thread("t1", "copy")  # a thread with an open turn is copied before that turn
-        assert j.turn_state("copy") is None
+        # Copying the thread first recovers the turn its dead process left open (the owner the
+        # saver recorded is gone), as a read of its head would: the copy, and the thread, then
+        # read with every call answered, and neither runs a paid call again.
+        saver.copy_thread("t1", "copy")
+        assert j.turn_state("copy") is None and j.turn_state("t1") is None
+        assert {e.type for e in j.events("t1")[-3:]} == {"tool_result", "turn_end"} and j.scan().clean
         copied = saver.get_tuple({"configurable": {"thread_id": "copy", "checkpoint_ns": ""}})
-        assert j.scan().open_turns  # a copy's head is not the dead run's thread: nothing recovered
         head = saver.get_tuple(THREAD)
         assert copied is not None and head is not None and copied.checkpoint["id"] == head.checkpoint["id"]
-        # Reading the thread's head recovered the turn its dead process left open (the owner the
-        # saver recorded is gone): the read, and so the next run, has every call answered.
-        assert {e.type for e in j.events("t1")[-3:]} == {"tool_result", "turn_end"} and j.scan().clean
+        answers = [m for m in copied.checkpoint["channel_values"]["messages"] if m.type == "tool"]
+        assert {m.tool_call_id for m in answers} == calls and all("MAY have run" in m.content for m in answers)
 
         graph, model = build_agent(saver, str(ledger.path))  # this process's tool would not die
         repaired = repair(graph, THREAD)
         assert {m.tool_call_id for m in repaired.added} == calls and repaired.unanswered == ()
         assert all("MAY have run" in m.content and m.status == "error" for m in repaired.added)
-        assert repaired.recovered == ()  # the read above ran the recovery
+        assert repaired.recovered == ()  # the copy above ran the recovery
         assert j.scan().clean
         again = repair(graph, THREAD)  # idempotent: nothing is owed any more
         assert again.added == () and again.recovered == ()

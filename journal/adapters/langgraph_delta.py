@@ -8,7 +8,8 @@ new elements' encodings — is stored, with the chain of versions it extends. Re
 the bodies under a fresh array header and decodes once: the bytes decoded are exactly those a
 full copy would hold, so a message replaced by id, removed (``RemoveMessage``) or changed in
 place breaks the prefix and is stored whole. A chain is at most ``MAX_CHAIN`` rows (then a full
-copy starts the next), so a read is two state reads whatever the thread's length.
+copy starts the next), so a read is two state reads whatever the thread's length; those full
+copies still make a long thread's bytes grow with the square of its length (over ``MAX_CHAIN``).
 
 Pure functions over bytes, no I/O.
 """

@@ -1,0 +1,229 @@
+"""LangGraph: a tool node that stopped without finishing -- it raised, paused at ``interrupt()`` and
+was resumed by a process that died, or was recovered while paused -- reads, after any recovery,
+with its calls answered and its task finished: no restart path runs a paid tool again, and the
+model gets one answer per call (DESIGN §14: one recovery, the framework's view a projection)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph.checkpoint.base", reason="the langgraph extra is not installed")
+
+from click.testing import CliRunner
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import Command, interrupt
+from pydantic import Field
+
+import journal
+from journal.adapters.langgraph import JournalSaver, repair
+from journal.cli import main
+from journal.testing import Ledger
+
+from .conftest import run_child
+
+THREAD = {"configurable": {"thread_id": "t1"}}
+
+
+class Asker(BaseChatModel):
+    """To a user message: one ``pay`` call; to a tool result: an answer quoting it. Keeps every
+    input it was given."""
+
+    inputs: list[list[BaseMessage]] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        self.inputs.append(list(messages))
+        if messages[-1].type == "human":
+            answer = AIMessage(content="", tool_calls=[{"id": "call-1", "name": "pay", "args": {"cents": 42}}])
+        else:
+            answer = AIMessage(content="done: " + str(messages[-1].content)[:40])
+        return ChatResult(generations=[ChatGeneration(message=answer)])
+
+    def bind_tools(self, *args: Any, **kwargs: Any) -> Asker:
+        return self
+
+
+def _resumed(db: str) -> bool:
+    """Whether LangGraph stored the resume of the paused task (it does so beside the node's run)."""
+    with journal.open(db, readonly=True) as j:
+        return any(e.data.get("channel") == "__resume__" for e in j.events("t1", types=["x.langgraph.write"]))
+
+
+def stopping_graph(db: str, ledger_path: str, mode: str) -> tuple[Any, Asker]:
+    """An agent -> tools loop whose ``pay`` records its payment in the ledger. ``mode``:
+    ``approve``: it first asks a human (``interrupt()``); ``die``: the same, and once paid its
+    process dies (after LangGraph stored the resume); ``raise``: it raises after paying, with
+    ``ToolNode(handle_tool_errors=False)``; ``plain``: it pays and returns."""
+    ledger, model = Ledger(ledger_path), Asker()
+
+    @tool
+    def pay(cents: int) -> str:
+        """Pay an amount, in cents."""
+        if mode in ("approve", "die") and interrupt({"approve?": cents}) != "yes":
+            return "not approved"
+        ledger.record(cents=cents)
+        if mode == "raise":
+            raise ConnectionResetError("connection reset after the charge")
+        if mode == "die":
+            deadline = time.monotonic() + 30
+            while not _resumed(db) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return f"paid {cents}"
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
+    builder.add_node("tools", ToolNode([pay], handle_tool_errors=mode != "raise"))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=JournalSaver(db)), model
+
+
+CHILD = """
+import sys
+from langgraph.types import Command
+from tests.test_adapter_langgraph_stops import THREAD, stopping_graph
+
+db, ledger, mode = sys.argv[1:4]
+graph, _ = stopping_graph(db, ledger, mode)
+start = Command(resume="yes") if mode == "die" else {"messages": [("user", "pay the bill")]}
+try:
+    graph.invoke(start, THREAD, durability="sync")
+except ConnectionResetError:
+    pass  # mode raise: the run raised, and the process ends normally
+graph.checkpointer.close()
+"""
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    for suffix in ("", "-wal"):
+        if Path(f"{src}{suffix}").exists():
+            shutil.copy(f"{src}{suffix}", f"{dst}{suffix}")
+    return dst
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Three files, each made once by real child processes: ``paused`` (a run paused at
+    ``interrupt()``, its process ended normally), ``resumed`` (then resumed by a process killed
+    after its tool paid) and ``raised`` (a tool that raised after paying, its process ended)."""
+    root = tmp_path_factory.mktemp("stops")
+    paused = root / "paused.db"
+    done = run_child(CHILD, str(paused), str(root / "paused.ledger"), "approve")
+    assert done.returncode == 0, done.stderr
+    resumed = _copy(paused, root / "resumed.db")
+    done = run_child(CHILD, str(resumed), str(root / "resumed.ledger"), "die")
+    assert done.returncode == -signal.SIGKILL, (done.stdout, done.stderr)
+    raised = root / "raised.db"
+    done = run_child(CHILD, str(raised), str(root / "raised.ledger"), "raise")
+    assert done.returncode == 0, done.stderr
+    return {"paused": paused, "resumed": resumed, "raised": raised}
+
+
+def _one_answer_each(seen: list[BaseMessage]) -> bool:
+    """Every call of an ``AIMessage`` answered by exactly one ``ToolMessage`` after it, none other."""
+    asked = [c["id"] for m in seen if m.type == "ai" for c in m.tool_calls]
+    answered = [m.tool_call_id for m in seen if m.type == "tool"]
+    return sorted(asked) == sorted(answered)
+
+
+def _cli_recover(db: Path) -> None:
+    result = CliRunner().invoke(main, ["recover", "--db", str(db)])
+    assert result.exit_code == 0, result.output
+
+
+# Each restart: what runs first (nothing, the shell's recover, j.recover(), repair), then the run.
+RESTARTS: dict[str, Callable[[Path, Any], Any]] = {
+    "invoke_none": lambda db, g: g.invoke(None, THREAD, durability="sync"),
+    "resume_again": lambda db, g: g.invoke(Command(resume="yes"), THREAD, durability="sync"),
+    "cli_recover_then_resume": lambda db, g: (_cli_recover(db), g.invoke(Command(resume="yes"), THREAD)),
+    "j_recover_then_invoke_none": lambda db, g: (g.checkpointer.journal.recover(), g.invoke(None, THREAD)),
+    "repair_then_resume": lambda db, g: (repair(g, THREAD), g.invoke(Command(resume="yes"), THREAD)),
+}
+
+
+@pytest.mark.parametrize("restart", list(RESTARTS))
+def test_g9_a_resumed_tool_killed_after_paying_is_answered_and_never_paid_again(
+    stopped: dict[str, Path], tmp_path: Path, restart: str
+) -> None:
+    """Paused at ``interrupt()``, resumed by another process that died after the tool paid: the
+    resume stored after the pause says the run went on, so every restart path reads the call
+    answered (MAY have run), the task finished, and pays nothing again."""
+    db = _copy(stopped["resumed"], tmp_path / "j.db")
+    ledger = shutil.copy(stopped["resumed"].with_suffix(".ledger"), tmp_path / "ledger")
+    graph, model = stopping_graph(str(db), str(ledger), "approve")
+    RESTARTS[restart](db, graph)
+    assert [e["cents"] for e in Ledger(ledger).entries()] == [42]
+    seen = model.inputs[-1]
+    assert _one_answer_each(seen)
+    assert [m.type for m in seen] == ["human", "ai", "tool"] and "MAY have run" in str(seen[-1].content)
+    assert graph.checkpointer.journal.scan().clean
+    graph.checkpointer.close()
+
+
+@pytest.mark.parametrize("restart", ["cli_recover_then_resume", "repair_then_resume"])
+def test_g8_a_paused_run_recovered_reads_the_same_whichever_recovery_ran(
+    stopped: dict[str, Path], tmp_path: Path, restart: str
+) -> None:
+    """A recovery run while a thread is paused at ``interrupt()`` answers its call (MAY have run,
+    as the docs warn): the resume then finds the task finished -- the tool does not run and the
+    model gets one answer, the journal's -- the same after ``journal recover`` as after
+    ``repair`` (it ran the tool and handed the model two answers)."""
+    db = _copy(stopped["paused"], tmp_path / "j.db")
+    graph, model = stopping_graph(str(db), str(tmp_path / "ledger"), "approve")
+    RESTARTS[restart](db, graph)
+    assert Ledger(tmp_path / "ledger").entries() == []
+    (seen,) = model.inputs
+    assert _one_answer_each(seen) and [m.type for m in seen] == ["human", "ai", "tool"]
+    assert "MAY have run" in str(seen[-1].content)
+    graph.checkpointer.close()
+
+
+@pytest.mark.parametrize("restart", ["invoke_none", "j_recover_then_invoke_none"])
+def test_g9_a_tool_that_raised_after_paying_is_answered_and_not_run_again(
+    stopped: dict[str, Path], tmp_path: Path, restart: str
+) -> None:
+    """``ToolNode(handle_tool_errors=False)``: the tool raised after paying and its process ended
+    with the turn open. The error LangGraph stored for the task does not send it to run again:
+    the next run goes on to the model with the call answered (MAY have run)."""
+    db = _copy(stopped["raised"], tmp_path / "j.db")
+    ledger = shutil.copy(stopped["raised"].with_suffix(".ledger"), tmp_path / "ledger")
+    graph, model = stopping_graph(str(db), str(ledger), "plain")
+    RESTARTS[restart](db, graph)
+    assert [e["cents"] for e in Ledger(ledger).entries()] == [42]
+    (seen,) = model.inputs
+    assert _one_answer_each(seen) and "MAY have run" in str(seen[-1].content)
+    graph.checkpointer.close()
+
+
+def test_the_first_read_of_a_crashed_thread_by_list_shows_what_get_state_shows(
+    stopped: dict[str, Path], tmp_path: Path
+) -> None:
+    """``list`` (``get_state_history``) read first after the crash recovers the dead process's
+    turn as ``get_tuple`` does: its head holds the answer, as ``get_state`` then shows it."""
+    db = _copy(stopped["resumed"], tmp_path / "j.db")
+    graph, _ = stopping_graph(str(db), str(tmp_path / "ledger"), "approve")
+    (head,) = graph.checkpointer.list(THREAD, limit=1)
+    listed = [(m.type, getattr(m, "tool_call_id", None)) for m in head.checkpoint["channel_values"]["messages"]]
+    state = [(m.type, getattr(m, "tool_call_id", None)) for m in graph.get_state(THREAD).values["messages"]]
+    assert listed == state == [("human", None), ("ai", None), ("tool", "call-1")]
+    graph.checkpointer.close()
