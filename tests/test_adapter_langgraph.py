@@ -6,10 +6,12 @@ LangGraph's shape so the next run neither sends an orphan call nor runs the tool
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
 import sqlite3
+import statistics
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -553,7 +555,8 @@ def test_the_messages_channel_is_stored_as_its_delta_and_every_checkpoint_reads_
     assert "remove me" not in [m.content for m in final]
     theirs_db.close()
     # What a full copy of each version of the list would take (what SqliteSaver stores), against
-    # the deltas plus one full copy every MAX_CHAIN versions (and at the replacement and removal).
+    # the deltas (a message's bytes once a digit of its version's place, and a full copy at the
+    # replacement and at the removal).
     versions = {t.checkpoint["channel_versions"].get("messages"): t.checkpoint["channel_values"] for t in copied}
     full = sum(len(JsonPlusSerializer().dumps_typed(v["messages"])[1]) for v in versions.values() if "messages" in v)
     assert by_channel["messages"] <= 0.2 * full, (by_channel, full)
@@ -585,11 +588,68 @@ def test_a_list_version_is_stored_as_the_tail_of_a_stored_one_only_when_it_exten
     row, stored = delta.extend(base, "v2", *serde.dumps_typed(after))
     assert stored is not None and (row is not None) == as_delta
     if row is not None:
-        chain, count, tail = delta.read_delta(row)
-        assert chain == ["v1"] and count == len(after) and stored.chain == ("v1", "v2")
+        chain, count, tail, place = delta.read_delta(row)
+        assert chain == ["v1"] and count == len(after) and stored.chain == ("v1", "v2") and place == 1
         rebuilt = delta.rebuild(count, serde.dumps_typed(before)[1], [tail])
         assert serde.loads_typed(("msgpack", rebuilt)) == after
     assert delta.extend(None, "v", "json", b"[]") == (None, None)  # another encoding: not split
+
+
+def test_a_long_lineage_of_list_versions_is_stored_in_bytes_linear_in_its_messages_and_reads_back_exactly() -> None:
+    """2,000 versions, each one message more: every version rebuilds from the rows its chain
+    names (as the saver reads them: the chain's tails after the full copy), no chain is longer
+    than its place's base-FANOUT digits say, and the bytes a version adds do not grow with the
+    lineage's length (a full copy every few versions would make them grow with it)."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    from journal.adapters import langgraph_delta as delta
+
+    serde, rows, added = JsonPlusSerializer(), {}, []
+    messages: list[str] = []
+    base = None
+    for n in range(2000):
+        messages.append(f"message {n} " + "x" * 90)
+        kind, data = serde.dumps_typed(messages)
+        row, base = delta.extend(base, f"v{n}", kind, data)
+        assert base is not None and (row is None) == (n == 0) and base.place == n
+        rows[f"v{n}"] = row if row is not None else data
+        added.append(len(rows[f"v{n}"]))
+        if row is not None and (n % 97 == 0 or n > 1990):
+            chain, count, tail, place = delta.read_delta(row)
+            assert [int(v[1:]) for v in chain] == delta.places(place)[:-1]
+            tails = [delta.read_delta(rows[v])[2] for v in chain[1:]]
+            assert serde.loads_typed((kind, delta.rebuild(count, rows[chain[0]], [*tails, tail]))) == messages
+    per_version = [statistics.mean(added[i : i + 500]) for i in range(0, 2000, 500)]
+    assert per_version[3] <= 1.5 * per_version[1], per_version  # flat, not growing with the length
+    assert sum(added) <= 8 * len(serde.dumps_typed(messages)[1]), (sum(added), per_version)
+
+
+def test_a_chain_of_the_older_layout_reads_back_and_the_next_version_starts_a_full_copy() -> None:
+    """Rows an older saver wrote (each extending the one before, no place in their header) read
+    back as they did; the list read from one is the base of no delta (its place is unknown): the
+    next version is stored whole, and the lineage after it follows the places."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    from journal.adapters import langgraph_delta as delta
+
+    serde = JsonPlusSerializer()
+    lists = [[f"m{i}" for i in range(n)] for n in range(1, 6)]
+    bodies = [delta.split_array(serde.dumps_typed(one)[1]) for one in lists]
+    rows: dict[str, bytes] = {"v0": serde.dumps_typed(lists[0])[1]}
+    for n in range(1, 5):  # the older layout: the header names every version before, no place
+        chain = [f"v{i}" for i in range(n)]
+        header = json.dumps({"chain": delta._shared(tuple(chain)), "count": len(lists[n])}).encode()
+        assert bodies[n] is not None and bodies[n - 1] is not None
+        rows[f"v{n}"] = header + b"\0" + bodies[n][1][len(bodies[n - 1][1]) :]
+    chain, count, tail, place = delta.read_delta(rows["v4"])
+    assert chain == ["v0", "v1", "v2", "v3"] and place == -1
+    tails = [delta.read_delta(rows[v])[2] for v in chain[1:]]
+    read = delta.remembered("v4", count, chain, rows["v0"], [*tails, tail], place)
+    assert serde.loads_typed(("msgpack", delta.array(read.count, read.body))) == lists[4]
+    row, stored = delta.extend(read, "v5", *serde.dumps_typed([*lists[4], "m5"]))
+    assert row is None and stored is not None and stored.place == 0
+    row, stored = delta.extend(stored, "v6", *serde.dumps_typed([*lists[4], "m5", "m6"]))
+    assert row is not None and stored is not None and delta.read_delta(row)[::3] == (["v5"], 1)
 
 
 def test_g9_repair_of_an_async_crash_whose_tool_write_has_no_id_hands_over_one_answer_per_call(

@@ -16,14 +16,13 @@ is kept; any other becomes ``lg~`` + its SHA-256; the original is in the session
   under ``lg.v:[namespace, channel, version]``. A channel that did not change is not copied: the
   state grows with what changed. The messages channel, which LangGraph hands over whole at each
   step, is stored as its delta (``langgraph_delta``): the new messages' bytes after the version
-  this saver stored or read last, with the chain of versions it extends (a full copy every
-  ``MAX_CHAIN`` versions, and whenever a message was replaced, removed or changed in place), and
-  every checkpoint — history, forks, pruned ones — reads back exactly. The bytes are not linear
-  in a long thread: the full copies are, each, as long as the thread, so they grow with the
-  square of its length over ``MAX_CHAIN`` (measured: 14 KB a turn at turn 150 of a chat of
-  300-byte messages, 41 KB at turn 550), where ``SqliteSaver`` copies the whole list at every
-  step. (Another process deleting and re-creating a thread this saver is
-  still writing is not supported.)
+  this saver stored or read last, with the chain of versions it extends (a message's bytes
+  once a base-``FANOUT`` digit of its version's place in the lineage; a full copy only when a
+  message was replaced, removed or changed in place), so a thread's bytes grow with its messages
+  (times that small log: a chat of 300-byte messages adds 11–14 KB a turn, all told, at turn 150
+  as at turn 550, where a full copy every 32 versions grew from 14 to 41 KB), and every
+  checkpoint — history, forks, pruned ones — reads back exactly. (Another process deleting and
+  re-creating a thread this saver is still writing is not supported.)
 - in the root namespace, the typed events derived from the new messages of the ``messages``
   channel: a ``HumanMessage`` is a ``user_message``; an ``AIMessage`` with tool calls opens a turn
   if none is open, and is an ``assistant_message`` with its ``tool_calls`` followed by one
@@ -517,15 +516,18 @@ class JournalSaver(BaseCheckpointSaver[str]):
         values = {}
         for key, blob in stored.items():
             kind, payload = _unpack(blob)
-            chain: tuple[str, ...] = ()
+            version = str(checkpoint["channel_versions"][keys[key]])
+            read: delta.Stored | None = None
             if kind == delta.KIND:
-                chain = tuple(delta.read_delta(payload)[0])
-                kind, payload = delta.SERDE, self._rebuilt(session_id, ns, keys[key], payload)
+                read = self._rebuilt(session_id, ns, keys[key], version, payload)
+                kind, payload = delta.SERDE, delta.array(read.count, read.body)
             if kind != "empty":
                 values[keys[key]] = self.serde.loads_typed((kind, payload))
             if history is not None and keys[key] == self.messages_channel:
-                version = str(checkpoint["channel_versions"][keys[key]])
-                self._remember((session_id, ns, keys[key]), version, chain, kind, payload)
+                # The head's list as read: the base the next version is stored as a delta of.
+                remembered = read if read is not None else delta.whole(version, kind, payload)
+                if remembered is not None:
+                    self._lists[(session_id, ns, keys[key])] = remembered
         checkpoint["channel_values"] = values
         parent = data.get("parent_id")
         added: builtins.list[Any] = []
@@ -605,22 +607,14 @@ class JournalSaver(BaseCheckpointSaver[str]):
             if left is not None:
                 left -= len(chosen)
 
-    def _rebuilt(self, session_id: str, ns: str, channel: str, row: bytes) -> bytes:
-        """The serde bytes of a list stored as a delta (``langgraph_delta``): two state reads."""
-        chain, count, tail = delta.read_delta(row)
-        keys = [_value_key(ns, channel, version) for version in chain]
+    def _rebuilt(self, session_id: str, ns: str, channel: str, version: str, row: bytes) -> delta.Stored:
+        """A list stored as a delta (``langgraph_delta``) read back from its chain: one more
+        state read, of the chain's rows."""
+        chain, count, tail, place = delta.read_delta(row)
+        keys = [_value_key(ns, channel, earlier) for earlier in chain]
         rows = self.journal.state(session_id, keys=keys)
         tails = [delta.read_delta(_unpack(rows[key])[1])[2] for key in keys[1:]]
-        return delta.rebuild(count, _unpack(rows[keys[0]])[1], [*tails, tail])
-
-    def _remember(
-        self, where: tuple[str, str, str], version: str, chain: tuple[str, ...], kind: str, data: bytes
-    ) -> None:
-        """Remember the head's messages list as read (``chain``: the versions its delta extends),
-        the base the next version is stored as a delta of."""
-        _row, stored = delta.extend(None, version, kind, data)
-        if stored is not None:
-            self._lists[where] = attrs.evolve(stored, chain=(*chain, version))
+        return delta.remembered(version, count, chain, _unpack(rows[keys[0]])[1], [*tails, tail], place)
 
     def _head(self, session_id: str, history: _History) -> journal.Event | None:
         """The thread's head: its newest root checkpoint not hidden, the one a run builds on."""
