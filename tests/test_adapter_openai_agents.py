@@ -759,6 +759,38 @@ def test_a_session_another_live_process_is_running_is_refused_before_the_model_i
         holder.wait()
 
 
+def test_g9_hooks_reused_after_a_run_that_raised_refuse_the_next_run_until_it_is_repaired(tmp_path: Path) -> None:
+    """One ``JournalRunHooks`` for every run: the first run's tool pays and raises (no error
+    function), so the run ends with its turn open. The next run with the same hooks is refused
+    before the model is asked (the runner has read the items: a repair then would come too late
+    and the model, shown no call, would pay again); after ``repair`` the same hooks run it, and
+    the model sees the call answered (MAY have run)."""
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+
+    async def pay(cents: int) -> str:
+        """Pay an amount in cents."""
+        ledger.record(call="pay", cents=cents)
+        raise ConnectionResetError("gateway timeout after charging")
+
+    session = JournalSession("bot-1", tmp_path / "j.db")
+    hooks = session.run_hooks()
+    agent = Agent(name="cashier", model=ScriptedModel(cashier), tools=[function_tool(pay, failure_error_function=None)])
+    with pytest.raises(Exception, match="gateway timeout"):
+        run(Runner.run(agent, "Pay the 42 euro invoice.", session=session, hooks=hooks))
+    model = ScriptedModel(cashier)
+    again = make_agent(model, ledger.path)
+    with pytest.raises(journal.OpenTurnError, match="repair"):
+        run(Runner.run(again, "Did it go through?", session=session, hooks=hooks))
+    assert model.inputs == [] and ledger.count(call="pay") == 1
+    recovered = repair(session).recovered
+    assert [e.data.get("tool_call_id") for e in recovered if e.type == "tool_result"] == ["pay-1"]
+    run(Runner.run(again, "Did it go through?", session=session, hooks=hooks))
+    assert ledger.count(call="pay") == 1
+    (seen,) = model.inputs
+    assert orphans(seen) == [] and "MAY have run" in str([i for i in seen if i.get("type") == "function_call_output"])
+    session.close()
+
+
 # -- killed mid-run ---------------------------------------------------------------------------------------
 
 KILLED = """

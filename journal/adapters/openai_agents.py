@@ -589,8 +589,14 @@ class JournalRunHooks(RunHooks[Any]):
                 return
             if self.ending:
                 await self.finish()
-            else:  # a run of these hooks ended without closing its turn (it raised)
-                await _repair(self._call, self.session, force=False, report=False)
+            else:  # a run of these hooks ended without closing its turn (it raised, was cancelled)
+                open_turn = await self._call("turn_state", self.session.journal_id)
+                if open_turn is not None and open_turn.start_seq == self._turn.start_seq:
+                    # The runner read the session's items already: a repair now would come too
+                    # late for them (the model would see neither the call nor its answer), so the
+                    # run is refused, as with fresh hooks, before the model is asked.
+                    raise OpenTurnError(open_turn.start_seq, _REPAIR_FIRST)
+                self._turn = None  # closed since (a repair): this run opens its own
         await self._start_turn()
 
     async def _start_turn(self) -> None:
