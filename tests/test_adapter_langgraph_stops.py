@@ -18,14 +18,11 @@ import pytest
 pytest.importorskip("langgraph.checkpoint.base", reason="the langgraph extra is not installed")
 
 from click.testing import CliRunner
-from langchain_core.language_models.chat_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.messages import BaseMessage
 from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command, interrupt
-from pydantic import Field
 
 import journal
 from journal.adapters.langgraph import JournalSaver, repair
@@ -33,32 +30,9 @@ from journal.cli import main
 from journal.testing import Ledger
 
 from .conftest import run_child
+from .test_adapter_langgraph_matrix import OneCall
 
 THREAD = {"configurable": {"thread_id": "t1"}}
-
-
-class Asker(BaseChatModel):
-    """To a user message: one ``pay`` call; to a tool result: an answer quoting it. Keeps every
-    input it was given."""
-
-    inputs: list[list[BaseMessage]] = Field(default_factory=list)
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted"
-
-    def _generate(
-        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
-    ) -> ChatResult:
-        self.inputs.append(list(messages))
-        if messages[-1].type == "human":
-            answer = AIMessage(content="", tool_calls=[{"id": "call-1", "name": "pay", "args": {"cents": 42}}])
-        else:
-            answer = AIMessage(content="done: " + str(messages[-1].content)[:40])
-        return ChatResult(generations=[ChatGeneration(message=answer)])
-
-    def bind_tools(self, *args: Any, **kwargs: Any) -> Asker:
-        return self
 
 
 def _resumed(db: str) -> bool:
@@ -67,16 +41,16 @@ def _resumed(db: str) -> bool:
         return any(e.data.get("channel") == "__resume__" for e in j.events("t1", types=["x.langgraph.write"]))
 
 
-def stopping_graph(db: str, ledger_path: str, mode: str) -> tuple[Any, Asker]:
+def stopping_graph(db: str, ledger_path: str, mode: str) -> tuple[Any, OneCall]:
     """An agent -> tools loop whose ``pay`` records its payment in the ledger. ``mode``:
     ``approve``: it first asks a human (``interrupt()``); ``die``: the same, and once paid its
     process dies (after LangGraph stored the resume); ``raise``: it raises after paying, with
     ``ToolNode(handle_tool_errors=False)``; ``plain``: it pays and returns."""
-    ledger, model = Ledger(ledger_path), Asker()
+    ledger, model = Ledger(ledger_path), OneCall()
 
     @tool
-    def pay(cents: int) -> str:
-        """Pay an amount, in cents."""
+    def pay(cents: int, ref: str) -> str:
+        """Pay an amount, in cents, once per ref."""
         if mode in ("approve", "die") and interrupt({"approve?": cents}) != "yes":
             return "not approved"
         ledger.record(cents=cents)
@@ -172,7 +146,7 @@ def test_g9_a_resumed_tool_killed_after_paying_is_answered_and_never_paid_again(
     ledger = shutil.copy(stopped["resumed"].with_suffix(".ledger"), tmp_path / "ledger")
     graph, model = stopping_graph(str(db), str(ledger), "approve")
     RESTARTS[restart](db, graph)
-    assert [e["cents"] for e in Ledger(ledger).entries()] == [42]
+    assert [e["cents"] for e in Ledger(ledger).entries()] == [4200]
     seen = model.inputs[-1]
     assert _one_answer_each(seen)
     assert [m.type for m in seen] == ["human", "ai", "tool"] and "MAY have run" in str(seen[-1].content)
@@ -209,7 +183,7 @@ def test_g9_a_tool_that_raised_after_paying_is_answered_and_not_run_again(
     ledger = shutil.copy(stopped["raised"].with_suffix(".ledger"), tmp_path / "ledger")
     graph, model = stopping_graph(str(db), str(ledger), "plain")
     RESTARTS[restart](db, graph)
-    assert [e["cents"] for e in Ledger(ledger).entries()] == [42]
+    assert [e["cents"] for e in Ledger(ledger).entries()] == [4200]
     (seen,) = model.inputs
     assert _one_answer_each(seen) and "MAY have run" in str(seen[-1].content)
     graph.checkpointer.close()

@@ -483,6 +483,13 @@ def test_a_deferred_tool_ends_the_run_with_its_call_owed_and_its_result_lands_on
     assert j.scan().clean and j.provider_view(sid).missing == ()
 
 
+def _payer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """A model that asks for ``pay`` (call ``pay-1``) until a tool return is in the history."""
+    if any(isinstance(p, ToolReturnPart) for m in messages if isinstance(m, ModelRequest) for p in m.parts):
+        return ModelResponse(parts=[TextPart("paid")])
+    return ModelResponse(parts=[ToolCallPart("pay", {"cents": 42}, tool_call_id="pay-1")])
+
+
 def test_g9_a_tool_that_asks_for_approval_in_its_body_is_not_run_again_when_approved(target: str) -> None:
     """A body that raises ``ApprovalRequired`` ran after its dispatch was committed (G6): the run
     given the approval is refused with ``ApprovedAfterDispatch`` naming ``requires_approval``,
@@ -491,12 +498,7 @@ def test_g9_a_tool_that_asks_for_approval_in_its_body_is_not_run_again_when_appr
 
     ran: list[int] = []
 
-    def payer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        if any(isinstance(p, ToolReturnPart) for m in messages if isinstance(m, ModelRequest) for p in m.parts):
-            return ModelResponse(parts=[TextPart("paid")])
-        return ModelResponse(parts=[ToolCallPart("pay", {"cents": 42}, tool_call_id="pay-1")])
-
-    agent: Agent[None, Any] = Agent(FunctionModel(payer), name="hitl", output_type=[str, DeferredToolRequests])
+    agent: Agent[None, Any] = Agent(FunctionModel(_payer), name="hitl", output_type=[str, DeferredToolRequests])
 
     @agent.tool
     def pay(ctx: RunContext[None], cents: int) -> str:
@@ -525,12 +527,7 @@ def test_g6_a_tool_requiring_approval_runs_once_when_approved_dispatched_by_the_
 
     ran: list[int] = []
 
-    def payer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        if any(isinstance(p, ToolReturnPart) for m in messages if isinstance(m, ModelRequest) for p in m.parts):
-            return ModelResponse(parts=[TextPart("paid")])
-        return ModelResponse(parts=[ToolCallPart("pay", {"cents": 42}, tool_call_id="pay-1")])
-
-    agent: Agent[None, Any] = Agent(FunctionModel(payer), name="hitl", output_type=[str, DeferredToolRequests])
+    agent: Agent[None, Any] = Agent(FunctionModel(_payer), name="hitl", output_type=[str, DeferredToolRequests])
 
     @agent.tool_plain(requires_approval=True)
     def pay(cents: int) -> str:
