@@ -1,7 +1,8 @@
 """LangGraph: a tool node that stopped without finishing -- it raised, paused at ``interrupt()`` and
-was resumed by a process that died, or was recovered while paused -- reads, after any recovery,
-with its calls answered and its task finished: no restart path runs a paid tool again, and the
-model gets one answer per call (DESIGN §14: one recovery, the framework's view a projection)."""
+was resumed by a process that died, or was recovered while paused, or ran as one ``Send`` task a
+call -- reads, after any recovery, with its calls answered and its task finished: no restart
+path runs a paid tool again, and the model gets one answer per call (DESIGN §14: one recovery,
+the framework's view a projection)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import shutil
 import signal
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,10 +20,11 @@ import pytest
 pytest.importorskip("langgraph.checkpoint.base", reason="the langgraph extra is not installed")
 
 from click.testing import CliRunner
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.prebuilt import ToolNode, create_react_agent, tools_condition
 from langgraph.types import Command, interrupt
 
 import journal
@@ -200,4 +203,79 @@ def test_the_first_read_of_a_crashed_thread_by_list_shows_what_get_state_shows(
     listed = [(m.type, getattr(m, "tool_call_id", None)) for m in head.checkpoint["channel_values"]["messages"]]
     state = [(m.type, getattr(m, "tool_call_id", None)) for m in graph.get_state(THREAD).values["messages"]]
     assert listed == state == [("human", None), ("ai", None), ("tool", "call-1")]
+    graph.checkpointer.close()
+
+
+# -- a tool node run by Send, one task per call (the prebuilt agent's version "v2") -----------------
+
+
+class TwoCalls(OneCall):
+    """To a user message: two ``pay`` calls in one answer; to their results: an answer."""
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        self.inputs.append(list(messages))
+        if messages[-1].type == "human":
+            refs = (f"a{len(messages)}", f"b{len(messages)}")  # a model asked again asks the same
+            calls = [{"id": ref, "name": "pay", "args": {"cents": 100, "ref": ref}} for ref in refs]
+            return ChatResult(generations=[ChatGeneration(message=AIMessage(content="", tool_calls=calls))])
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content="done"))])
+
+    def bind_tools(self, *args: Any, **kwargs: Any) -> TwoCalls:
+        return self
+
+
+def react_graph(db: str, ledger_path: str, *, kill: bool = False) -> tuple[Any, TwoCalls]:
+    """LangGraph's prebuilt agent (``version="v2"``: a ``Send`` per tool call). With ``kill``,
+    the call ``b…`` dies once it paid and ``a…`` has paid too."""
+    ledger, model = Ledger(ledger_path), TwoCalls()
+
+    @tool
+    def pay(cents: int, ref: str) -> str:
+        """Pay an amount, in cents, once per ref."""
+        ledger.record(ref=ref)
+        if kill and ref.startswith("b"):
+            deadline = time.monotonic() + 30
+            while not any(e["ref"].startswith("a") for e in ledger.entries()) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return f"paid {ref}"
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the prebuilt agent is deprecated in LangGraph 1.x, and still used
+        graph = create_react_agent(model, [pay], checkpointer=JournalSaver(db), version="v2")
+    return graph, model
+
+
+REACT_CHILD = """
+import sys
+from tests.test_adapter_langgraph_stops import THREAD, react_graph
+
+graph, _ = react_graph(sys.argv[1], sys.argv[2], kill=True)
+graph.invoke({"messages": [("user", "pay both")]}, THREAD, durability="sync")
+"""
+
+
+@pytest.mark.parametrize("restart", ["invoke_none", "j_recover_then_invoke_none", "new_input"])
+def test_g9_calls_sent_to_the_tool_node_one_task_each_are_answered_and_not_run_again(
+    tmp_path: Path, restart: str
+) -> None:
+    """A tool node run by ``Send`` (one task per call), killed inside the second call after
+    both paid: each call's task reads as finished with its answer (the journal's, or the one a
+    task stored), so ``invoke(None)`` pays nothing again and the model gets one answer a call."""
+    db, ledger = tmp_path / "j.db", tmp_path / "ledger"
+    done = run_child(REACT_CHILD, str(db), str(ledger))
+    assert done.returncode == -signal.SIGKILL, (done.stdout, done.stderr)
+    graph, model = react_graph(str(db), str(ledger))
+    if restart == "new_input":
+        graph.invoke({"messages": [("user", "did both go through?")]}, THREAD, durability="sync")
+    else:
+        RESTARTS[restart](db, graph)
+    paid = [e["ref"] for e in Ledger(ledger).entries()]
+    assert sorted(set(paid)) == sorted(paid) and {"a1", "b1"} <= set(paid)  # each call paid once
+    seen = model.inputs[0]
+    assert _one_answer_each(seen)
+    assert "MAY have run" in str([m.content for m in seen if m.type == "tool" and m.tool_call_id == "b1"])
+    assert graph.checkpointer.journal.scan().clean
     graph.checkpointer.close()

@@ -86,8 +86,8 @@ run, not before it: a process killed within moments of ``Command(resume=...)``, 
 is stored, leaves the thread reading as still paused, and a second resume runs the tool again.
 Without the graph (a read after ``journal recover``), the projected tool task goes back to the
 node that asked for the calls (the agent loop's edge); ``repair`` follows
-the graph's own edges. Tools run through ``Send`` (one task per call) are answered in the channel
-values only, not marked finished (untested): a new input is then safe, ``invoke(None)`` is not.
+the graph's own edges. Tools run through ``Send`` (one task per call: the prebuilt agent's
+``version="v2"``) have each task shown finished with its call's answer, as the tool node is.
 Subgraph namespaces are stored but not mirrored into typed events (their messages usually reach
 the root state).
 Messages replaced or removed in LangGraph's state (same id, ``RemoveMessage``) keep their first
@@ -153,6 +153,7 @@ assert INTERRUPT in WRITES_IDX_MAP and RESUME in WRITES_IDX_MAP
 CHECKPOINT = "x.langgraph.checkpoint"
 WRITE = "x.langgraph.write"
 NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"  # where LangGraph stores a resume no task took yet
+TASKS = "__pregel_tasks"  # the channel of the Send packets the next step runs, a task each
 DELETE = "x.langgraph.delete"
 META_ADAPTER = "langgraph"
 _HASHED = "lg~"
@@ -648,25 +649,35 @@ class JournalSaver(BaseCheckpointSaver[str]):
             return writes, []
         values[channel], added = answered
         assert channel is not None
-        nodes = projection.pending_nodes(checkpoint, values)
-        if len(nodes) != 1:
-            return writes, added
         metadata = self._decoded(event.data, "metadata")
-        task_id = _task_id(checkpoint, nodes[0], int(metadata.get("step", -1)) + 1)
-        if task_id is None or any(w[0] == task_id and w[1] not in WRITES_IDX_MAP for w in writes):
-            return writes, added  # the tool node's own writes are stored: LangGraph applies them
-        # The task stopped without finishing -- it raised (its error write), or paused at
-        # ``interrupt()`` and was resumed, or recovered, after it -- and the journal answered its
-        # calls: it reads as finished with those answers, so no path runs the tool again. Its
-        # special writes and a resume waiting for it go (LangGraph would run it again for them).
-        writes = [w for w in writes if w[0] != task_id and not (w[0] == NULL_TASK_ID and w[1] == RESUME)]
+        step = int(metadata.get("step", -1)) + 1
+        # The tasks that run the answered calls next: one per ``Send`` of a call (a prebuilt
+        # agent's tool node, one task per call), else the one tool node the edges trigger.
+        tasks = _sent_tasks(checkpoint, step, added)
+        if not tasks:
+            nodes = projection.pending_nodes(checkpoint, values)
+            task_id = _task_id(checkpoint, nodes[0], step) if len(nodes) == 1 else None
+            tasks = [] if task_id is None else [(task_id, added)]
+        # A task whose own writes are stored finished: LangGraph applies them. One that stopped
+        # without finishing -- it raised (its error write), or paused at ``interrupt()`` and was
+        # resumed, or recovered, after it -- reads as finished with the journal's answers, so no
+        # path runs the tool again: its special writes and a resume waiting for it go (LangGraph
+        # would run it again for them).
+        finished = {w[0] for w in writes if w[1] not in WRITES_IDX_MAP}
+        tasks = [(task_id, answers) for task_id, answers in tasks if task_id not in finished]
+        if not tasks:
+            return writes, added
+        stopped = {task_id for task_id, _answers in tasks}
+        writes = [w for w in writes if w[0] not in stopped and not (w[0] == NULL_TASK_ID and w[1] == RESUME)]
         parent_id = event.data.get("parent_id")
         parent = None
         if parent_id is not None:
             record = next((e for e in history if e.data["ns"] == "" and e.data["id"] == parent_id), None)
             parent = self._decoded(record.data, "checkpoint") if record is not None else None
         back_to = projection.asking_node(checkpoint, parent)
-        return [*writes, *projection.projected_writes(task_id, channel, added, back_to)], added
+        for task_id, answers in tasks:
+            writes = [*writes, *projection.projected_writes(task_id, channel, answers, back_to)]
+        return writes, added
 
     def _select(
         self,
@@ -977,16 +988,35 @@ class JournalSaver(BaseCheckpointSaver[str]):
         await asyncio.to_thread(lambda: self.prune(thread_ids, strategy=strategy))
 
 
-def _task_id(checkpoint: dict[str, Any], node: str, step: int) -> str | None:
+def _task_id(checkpoint: dict[str, Any], node: str, step: int, push: int | None = None) -> str | None:
     """The id LangGraph gives the task of ``node`` run from ``checkpoint`` at ``step`` (its
-    pending writes are matched by it), computed as LangGraph's ``prepare_next_tasks`` does."""
+    pending writes are matched by it), computed as LangGraph's ``prepare_next_tasks`` does: the
+    node's edge-triggered task, or (``push``) the one its ``Send`` at that index makes."""
     try:
         from langgraph.pregel._algo import _uuid5_str, _xxhash_str
     except ImportError:  # another LangGraph: then no task is shown finished (new input still works)
         return None
     func = _xxhash_str if checkpoint.get("v", 1) > 1 else _uuid5_str
     namespace = binascii.unhexlify(str(checkpoint["id"]).replace("-", ""))
+    if push is not None:
+        return func(namespace, node, str(step), node, "__pregel_push", str(push))
     return func(namespace, node, str(step), node, "__pregel_pull", f"branch:to:{node}")
+
+
+def _sent_tasks(checkpoint: dict[str, Any], step: int, answers: Sequence[Any]) -> builtins.list[tuple[str, list[Any]]]:
+    """The tasks ``Send`` packets of ``checkpoint`` start, each with the answer to the tool call
+    it carries (a ``ToolCallWithContext``, or the call itself), for the calls ``answers`` answer."""
+    by_call = {getattr(m, "tool_call_id", None): m for m in answers}
+    out: builtins.list[tuple[str, list[Any]]] = []
+    for index, packet in enumerate(checkpoint["channel_values"].get(TASKS) or ()):
+        arg, node = getattr(packet, "arg", None), getattr(packet, "node", None)
+        call = arg.get("tool_call") if isinstance(arg, dict) and "tool_call" in arg else arg
+        call_id = call.get("id") if isinstance(call, dict) else None
+        if isinstance(node, str) and call_id in by_call:
+            task_id = _task_id(checkpoint, node, step, push=index)
+            if task_id is not None:
+                out.append((task_id, [by_call[call_id]]))
+    return out
 
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
