@@ -279,3 +279,120 @@ def test_g9_calls_sent_to_the_tool_node_one_task_each_are_answered_and_not_run_a
     assert "MAY have run" in str([m.content for m in seen if m.type == "tool" and m.tool_call_id == "b1"])
     assert graph.checkpointer.journal.scan().clean
     graph.checkpointer.close()
+
+
+# -- a pause, read from the order LangGraph stored its writes in -------------------------------------
+
+
+def _record(ns: str, checkpoint_id: str, parent: str | None) -> tuple[str, dict[str, Any], None]:
+    return ("x.langgraph.checkpoint", {"ns": ns, "id": checkpoint_id, "parent_id": parent}, None)
+
+
+def _write(checkpoint_id: str, channel: str, task_id: str) -> tuple[str, dict[str, Any], None]:
+    data = {
+        "ns": "",
+        "checkpoint_id": checkpoint_id,
+        "task_id": task_id,
+        "task_path": "",
+        "idx": -3,
+        "channel": channel,
+    }
+    return ("x.langgraph.write", {**data, "value": ""}, None)
+
+
+NULL = "00000000-0000-0000-0000-000000000000"
+ORDERS = {
+    # durability="async": the tool task's interrupt stored before its checkpoint's record, and
+    # before that one's parent's (as LangGraph's lagging puts were seen to store them)
+    "async_interrupt_before_the_records": ([_write("c", "__interrupt__", "t")], True),
+    "resumed_then_died_inside_the_tool": ([_write("c", "__interrupt__", "t"), _write("c", "__resume__", NULL)], False),
+    # a second interrupt() in the resumed tool: the task stores its own resume beside it
+    "paused_again_at_a_second_interrupt": (
+        [
+            _write("c", "__interrupt__", "t"),
+            _write("c", "__resume__", NULL),
+            _write("c", "__interrupt__", "t"),
+            _write("c", "__resume__", "t"),
+        ],
+        True,
+    ),
+}
+
+
+@pytest.mark.parametrize("order", list(ORDERS))
+def test_a_thread_reads_as_paused_exactly_when_its_last_interrupt_was_not_resumed(tmp_path: Path, order: str) -> None:
+    """Whether a dead process's turn is a pause (left for ``Command(resume=...)``) or a crash
+    (recovered) follows the head's interrupt and resume writes, wherever LangGraph stored them."""
+    writes, paused = ORDERS[order]
+    with JournalSaver(tmp_path / "j.db") as saver:
+        saver.journal.create_session("t1")
+        early = writes[:1] if order.startswith("async") else []
+        late = writes[len(early) :]
+        saver.journal.append_many(
+            "t1", [_record("", "a", None), *early, _record("", "b", "a"), _record("", "c", "b"), *late]
+        )
+        assert saver._paused("t1") is paused
+
+
+# -- a human review between the model and the tools ----------------------------------------------------
+
+
+def review_graph(db: str, ledger_path: str, *, kill: bool = False) -> tuple[Any, OneCall, list[str]]:
+    """agent -> review (``interrupt()``: a human approves the calls) -> tools -> agent. With
+    ``kill``, the tool's process dies once it paid. Returns the graph, the model, and the names
+    of the nodes run in this process."""
+    ledger, model, ran = Ledger(ledger_path), OneCall(), []
+
+    @tool
+    def pay(cents: int, ref: str) -> str:
+        """Pay an amount, in cents, once per ref."""
+        ledger.record(ref=ref)
+        if kill:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return f"paid {ref}"
+
+    def review(state: MessagesState) -> dict[str, Any]:
+        ran.append("review")
+        interrupt({"approve?": [c["id"] for c in state["messages"][-1].tool_calls]})
+        return {}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
+    builder.add_node("review", review)
+    builder.add_node("tools", ToolNode([pay]))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition, {"tools": "review", "__end__": "__end__"})
+    builder.add_edge("review", "tools")
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=JournalSaver(db)), model, ran
+
+
+REVIEW_CHILD = """
+import sys
+from langgraph.types import Command
+from tests.test_adapter_langgraph_stops import THREAD, review_graph
+
+db, ledger, step = sys.argv[1:4]
+graph, _, _ = review_graph(db, ledger, kill=step == "resume")
+start = Command(resume="yes") if step == "resume" else {"messages": [("user", "pay the bill")]}
+graph.invoke(start, THREAD, durability="sync")
+graph.checkpointer.close()
+"""
+
+
+def test_g9_after_a_kill_in_a_reviewed_tool_the_next_run_goes_back_to_the_model_not_the_review(
+    tmp_path: Path,
+) -> None:
+    """The calls were approved at a review node, then the tool was killed after paying: the
+    task reads finished and goes back to the node that asked for the calls (the model), not to
+    the review that ran last (it would have met a transcript ending in a tool answer)."""
+    db, ledger = tmp_path / "j.db", tmp_path / "ledger"
+    assert run_child(REVIEW_CHILD, str(db), str(ledger), "pause").returncode == 0
+    done = run_child(REVIEW_CHILD, str(db), str(ledger), "resume")
+    assert done.returncode == -signal.SIGKILL, (done.stdout, done.stderr)
+    graph, model, ran = review_graph(str(db), str(ledger))
+    graph.invoke(None, THREAD, durability="sync")
+    assert ran == [] and [e["ref"] for e in Ledger(ledger).entries()] == ["call-1"]
+    (seen,) = model.inputs
+    assert _one_answer_each(seen) and "MAY have run" in str(seen[-1].content)
+    graph.checkpointer.close()

@@ -74,22 +74,28 @@ the application (``JournalSaver(j)``; the saver then leaves it open).
 **Stops that are not a finish.** A tool task that raised (``handle_tool_errors=False``), or that
 paused at ``interrupt()`` and was resumed (``Command(resume=...)``) by a process that then died,
 reads after recovery as finished with the journal's answers: its stored error, interrupt and
-resume writes no longer send LangGraph to run it again. A pause whose process ended normally is
-not a crash: reads leave it open for the resume (a resume stored after the interrupt says the run
-went on, so a death inside the resumed tool is recovered as any crash).
+resume writes no longer send LangGraph to run it again, and it goes back to the node that asked
+for the calls (the model's node, found from the checkpoint whose step added the ``AIMessage``,
+however many nodes ran between them: a human review, say). Tools run through ``Send`` (one task
+per call: the prebuilt agent's ``version="v2"``) have each task shown finished with its call's
+answer. A pause whose process ended normally is not a crash: reads leave it open for the resume
+(a resume ``Command(resume=...)`` stored after the last interrupt says the run went on, so a
+death inside the resumed tool is recovered as any crash; a second ``interrupt()`` in the resumed
+tool is a pause again; under ``"async"`` an interrupt stored before its checkpoint is found).
 
 **What it cannot.** A tool node that interrupts (``interrupt()`` for human approval) has its calls
 recorded as dispatched: recovering such a thread while it waits (``journal recover``, ``repair``)
 reports them as "may have run" and the resume then finds the task finished (the tool does not
-run) — recover only a thread whose run died. LangGraph stores a resume beside the resumed node's
-run, not before it: a process killed within moments of ``Command(resume=...)``, before that write
-is stored, leaves the thread reading as still paused, and a second resume runs the tool again.
-Without the graph (a read after ``journal recover``), the projected tool task goes back to the
-node that asked for the calls (the agent loop's edge); ``repair`` follows
-the graph's own edges. Tools run through ``Send`` (one task per call: the prebuilt agent's
-``version="v2"``) have each task shown finished with its call's answer, as the tool node is.
+run) — recover only a thread whose run died. LangGraph stores a resume in the background while
+the resumed node runs (and one given by interrupt id only when the node ends): a process killed
+in the resumed tool before that write is stored leaves the thread reading as still paused, and a
+second resume runs the tool again. A node between the model and the tools that raised reads,
+after recovery, as the tool task (its calls answered "MAY have run", the tools not run). Without
+the graph (a read after ``journal recover``), the projected tool task goes back to the node that
+asked for the calls; ``repair`` follows the graph's own edges.
 Subgraph namespaces are stored but not mirrored into typed events (their messages usually reach
-the root state).
+the root state), and their channels are stored whole each time a subgraph runs (a new namespace:
+no delta), so an agent run as a subgraph grows with the square of its thread.
 Messages replaced or removed in LangGraph's state (same id, ``RemoveMessage``) keep their first
 form in the journal's transcript. ``prune`` and ``delete_for_runs`` hide checkpoints with an
 ``x.langgraph.delete`` event (the journal is append-only, G3): their bytes stay until
@@ -336,20 +342,26 @@ class _History:
             index += 1
 
     def writes_since(self, event: journal.Event) -> int:
-        """Where the pending writes of checkpoint ``event`` start: at its parent's record.
+        """Where the pending writes of checkpoint ``event`` start: at its grandparent's record.
 
         A checkpoint's writes come from the tasks that run from it, and LangGraph stores them
         after that checkpoint's parent: with ``durability="sync"`` it commits each checkpoint
         before the next step runs, and only the input checkpoint's own put can come after its
-        writes. (Under ``"async"`` the puts may lag behind the steps; a write stored before its
-        checkpoint's parent would not be found.) Without a parent: from the start."""
-        parent = event.data.get("parent_id")
-        if parent is None:
-            return 0
-        where = (event.data["ns"], parent)
-        while where not in self._seqs and self._more():
-            pass
-        return min(self._seqs.get(where, 0), event.seq)
+        writes. Under ``"async"`` the puts lag behind the steps: a step's writes were seen
+        stored before the records of its checkpoint and of that one's parent, so the read starts
+        a generation earlier (a lag of more would not be found). Without those: from the start."""
+        seq, where = event.seq, (event.data["ns"], event.data.get("parent_id"))
+        for _generation in range(2):
+            if where[1] is None:
+                return 0
+            while where not in self._seqs and self._more():
+                pass
+            if where not in self._seqs:
+                return 0
+            seq = min(seq, self._seqs[where])
+            record = next(e for e in self._events if e.seq == self._seqs[where])
+            where = (where[0], record.data.get("parent_id"))
+        return seq
 
 
 # -- the saver ------------------------------------------------------------------------------------
@@ -445,19 +457,24 @@ class JournalSaver(BaseCheckpointSaver[str]):
     def _paused(self, session_id: str) -> bool:
         """Whether the thread's head checkpoint has a pending ``interrupt()`` write: the graph
         stopped there on purpose (``Command(resume=...)`` continues it)."""
-        head = None
-        for event in self.journal.events(session_id, types=[CHECKPOINT], newest_first=True, limit=64):
-            if event.data.get("ns") == "":
-                head = event
-                break
+        history = _History(self.journal, session_id)
+        head = self._head(session_id, history)
         if head is None:
             return False
-        writes = self.journal.events(session_id, since=head.seq, types=[WRITE])
+        # From where the head's writes may start (under "async" an interrupt can be stored
+        # before the head's own record).
+        writes = self.journal.events(session_id, since=history.writes_since(head), types=[WRITE])
         at_head = [w.data for w in writes if w.data.get("ns") == "" and w.data.get("checkpoint_id") == head.data["id"]]
-        # A resume stored after the interrupt (``Command(resume=...)``) means the run went on: a
-        # process that died after it died inside the resumed node, not at the pause.
-        pauses = [d.get("channel") for d in at_head if d.get("channel") in (INTERRUPT, RESUME)]
-        return bool(pauses) and pauses[-1] == INTERRUPT
+        # ``Command(resume=...)`` stores its resume under the null task as the next run starts:
+        # one stored after the last interrupt means that run went on (a process that died then
+        # died inside the resumed node, not at the pause). A task's own resume write is no sign:
+        # a task that pauses again stores it beside its new interrupt.
+        marks = [
+            d["channel"]
+            for d in at_head
+            if d["channel"] == INTERRUPT or (d["channel"] == RESUME and d["task_id"] == NULL_TASK_ID)
+        ]
+        return bool(marks) and marks[-1] == INTERRUPT
 
     def _threads(self) -> Iterator[tuple[str, str]]:
         """Every LangGraph thread of the file, as ``(thread id, session id)``."""
@@ -669,15 +686,28 @@ class JournalSaver(BaseCheckpointSaver[str]):
             return writes, added
         stopped = {task_id for task_id, _answers in tasks}
         writes = [w for w in writes if w[0] not in stopped and not (w[0] == NULL_TASK_ID and w[1] == RESUME)]
-        parent_id = event.data.get("parent_id")
-        parent = None
-        if parent_id is not None:
-            record = next((e for e in history if e.data["ns"] == "" and e.data["id"] == parent_id), None)
-            parent = self._decoded(record.data, "checkpoint") if record is not None else None
-        back_to = projection.asking_node(checkpoint, parent)
+        asked = next(i for i, m in enumerate(messages) if owed[0] in {c.get("id") for c in _calls_of(m)})
+        back_to = self._asker(history, event, asked)
         for task_id, answers in tasks:
             writes = [*writes, *projection.projected_writes(task_id, channel, answers, back_to)]
         return writes, added
+
+    def _asker(self, history: _History, event: journal.Event, index: int) -> str | None:
+        """The node that asked for the calls of the ``AIMessage`` at ``index`` of the messages:
+        the one that ran in the step whose checkpoint first holds it (its parent's record counts
+        fewer messages), however many nodes ran after it (a human review between the model and
+        the tools). ``None`` when the records do not tell."""
+        record = event
+        while (parent_id := record.data.get("parent_id")) is not None:
+            parent = next((e for e in history if e.data["ns"] == "" and e.data["id"] == parent_id), None)
+            if parent is None:
+                return None
+            if (parent.data.get("messages_mirrored") or [0])[0] <= index:
+                return projection.asking_node(
+                    self._decoded(record.data, "checkpoint"), self._decoded(parent.data, "checkpoint")
+                )
+            record = parent
+        return None
 
     def _select(
         self,
@@ -1001,6 +1031,12 @@ def _task_id(checkpoint: dict[str, Any], node: str, step: int, push: int | None 
     if push is not None:
         return func(namespace, node, str(step), node, "__pregel_push", str(push))
     return func(namespace, node, str(step), node, "__pregel_pull", f"branch:to:{node}")
+
+
+def _calls_of(message: Any) -> builtins.list[dict[str, Any]]:
+    """The tool calls of an ``AIMessage`` (none for any other message)."""
+    calls = getattr(message, "tool_calls", None) if getattr(message, "type", None) in ("ai", "AIMessageChunk") else None
+    return [c for c in calls or () if isinstance(c, dict)]
 
 
 def _sent_tasks(checkpoint: dict[str, Any], step: int, answers: Sequence[Any]) -> builtins.list[tuple[str, list[Any]]]:
