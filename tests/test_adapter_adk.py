@@ -518,6 +518,55 @@ def test_a_long_running_tool_is_answered_by_the_humans_answer_not_by_its_empty_r
     asyncio.run(scenario())
 
 
+class Delegator(BaseLlm):
+    """A root model that hands the payment to a sub-agent (``AgentTool`` named ``cashier``),
+    then answers with what it said."""
+
+    model: str = "scripted-delegator"
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        answers = [p.function_response for c in llm_request.contents for p in c.parts or [] if p.function_response]
+        if answers:
+            yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text="done")]))
+            return
+        call = types.FunctionCall(id="delegate-1", name="cashier", args={"request": "pay 42 euros"})
+        yield LlmResponse(content=types.Content(role="model", parts=[types.Part(function_call=call)]))
+
+
+def test_a_sub_agent_run_as_a_tool_runs_with_the_plugin_and_its_call_is_the_one_dispatched(
+    target: str, tmp_path: Path
+) -> None:
+    """``AgentTool`` hands the plugin to the sub-agent's own runner (its session in memory): the
+    plugin leaves that inner run alone (it failed the run: its session is not the service's),
+    and records the ``AgentTool`` call of the outer session, dispatched before it runs."""
+    from google.adk.tools.agent_tool import AgentTool
+
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+
+    async def go() -> list[AdkEvent]:
+        service = JournalSessionService(target)
+        root = LlmAgent(
+            name="root",
+            model=Delegator(),
+            instruction="Delegate.",
+            tools=[AgentTool(agent=cashier_agent(ledger, Cashier()))],
+        )
+        runner = Runner(app=make_app(root, [JournalPlugin(service)]), session_service=service)
+        await service.create_session(app_name=APP, user_id=USER, session_id="s1")
+        produced = await run(runner, "s1", FIRST)
+        await service.close()
+        return produced
+
+    produced = asyncio.run(go())
+    assert ledger.count(call="pay") == 1 and "delegate-1" in answers_in(produced)
+    with journal.open(target) as j:
+        sid = journal_session_id(APP, USER, "s1")
+        assert [e.data["id"] for e in j.events(sid) if e.type == "tool_call"] == ["delegate-1"]
+        assert j.scan().clean
+
+
 def test_a_confirmation_handshake_is_no_tool_call_of_the_typed_log() -> None:
     """ADK's request to a human (``adk_request_confirmation``), the human's answer, and the gate's
     reply to the call while it waits are no request and no result in the typed log: a crash

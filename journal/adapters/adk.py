@@ -62,7 +62,10 @@ What it cannot do, honestly:
   ``after_timestamp`` after the projection (a projected answer counts as an event), so a read
   costs the session's length, not the filter's.
 - The barrier covers the tools ADK calls through ``before_tool_callback``; without the plugin the
-  service alone is durable storage with typed events, and ``scan`` cannot see a running tool.
+  service alone is durable storage with typed events, and ``scan`` cannot see a running tool. A
+  sub-agent run as a tool (``AgentTool``) is one call of the outer session, dispatched before it
+  runs; the plugin ADK hands to its inner runner (whose session is kept elsewhere) records nothing
+  there, so a kill inside it answers the ``AgentTool`` call "MAY have run".
 - A function call no journal result answers (a long-running tool, a call awaiting a human) is left
   as ADK stored it and listed in ``Repaired.unanswered``; a long-running tool's empty return is
   no answer (its answer is the one the app appends later).
@@ -680,15 +683,30 @@ class JournalPlugin(BasePlugin):
         super().__init__(name)
         self.service = service
 
+    def _ours(self, invocation_context: Any) -> bool:
+        """Whether the invocation keeps its session in this plugin's service. ADK hands the
+        plugin to a sub-agent's own runner (``AgentTool``, ``include_plugins=True``), whose
+        session lives elsewhere (in memory): the journal records the ``AgentTool`` call itself,
+        dispatched in the outer session, and leaves the inner run alone."""
+        return getattr(invocation_context, "session_service", None) is self.service
+
+    def _tool_ours(self, tool_context: Any) -> bool:
+        return self._ours(getattr(tool_context, "_invocation_context", None))
+
     async def before_run_callback(self, *, invocation_context: Any) -> None:
-        await self.service._open_turn(invocation_context.session)
+        if self._ours(invocation_context):
+            await self.service._open_turn(invocation_context.session)
 
     async def before_tool_callback(self, *, tool: Any, tool_args: dict[str, Any], tool_context: Any) -> Any:
+        if not self._tool_ours(tool_context):
+            return None
         return await self.service._dispatch(tool, tool_args, tool_context)
 
     async def after_tool_callback(
         self, *, tool: Any, tool_args: dict[str, Any], tool_context: Any, result: Any
     ) -> None:
+        if not self._tool_ours(tool_context):
+            return
         if (getattr(tool, "is_long_running", False) or getattr(tool, "_defers_response", False)) and not result:
             # No answer yet (ADK builds no function response either): it comes later, from the
             # app, and is the call's result then. Until it does, the call is owed.
@@ -700,17 +718,19 @@ class JournalPlugin(BasePlugin):
     async def on_tool_error_callback(
         self, *, tool: Any, tool_args: dict[str, Any], tool_context: Any, error: Exception
     ) -> None:
-        if isinstance(error, asyncio.CancelledError):
+        if isinstance(error, asyncio.CancelledError) or not self._tool_ours(tool_context):
             return None  # a cancelled call may have run part way: recovery says so
         text = {"error": f"{type(error).__name__}: {error}"}
         await self.service._put_result(tool_context.session, tool_context.function_call_id, tool.name, text, error=True)
         return None
 
     async def after_run_callback(self, *, invocation_context: Any) -> None:
-        await self.service._close_turn(invocation_context.session)
+        if self._ours(invocation_context):
+            await self.service._close_turn(invocation_context.session)
 
     async def on_run_error_callback(self, *, invocation_context: Any, error: Exception) -> None:
-        await self.service._abandon_turn(invocation_context.session)
+        if self._ours(invocation_context):
+            await self.service._abandon_turn(invocation_context.session)
 
 
 # -- repair ----------------------------------------------------------------------------------------
