@@ -33,6 +33,8 @@ from journal.adapters.adk import JournalPlugin, JournalSessionService, arepair, 
 from journal.adapters.adk_events import ADK_EVENT, derive, restore
 from journal.testing import Ledger
 
+from .conftest import run_child
+
 warnings.filterwarnings("ignore", message=r".*\[EXPERIMENTAL\]")
 
 APP, USER = "shop", "ada"
@@ -487,6 +489,86 @@ def test_a_tool_awaiting_confirmation_runs_once_when_a_human_confirms_and_never_
         await service.close()
 
     asyncio.run(scenario())
+
+
+CONFIRMED_AND_KILLED = """
+import asyncio, os, signal, sys
+from google.adk.agents import LlmAgent
+from google.adk.runners import Runner
+from google.adk.tools.function_tool import FunctionTool
+from journal.adapters.adk import JournalPlugin, JournalSessionService
+from journal.testing import Ledger
+from tests.test_adapter_adk import APP, FIRST, USER, Asker, _answer, make_app, run
+
+target, ledger = sys.argv[1], Ledger(sys.argv[2])
+
+
+def pay(cents: int) -> str:
+    \"\"\"Pay an amount in cents.\"\"\"
+    ledger.record(call="pay", cents=cents)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def main():
+    service = JournalSessionService(target)
+    agent = LlmAgent(name="cashier", model=Asker(), tools=[FunctionTool(pay, require_confirmation=True)])
+    runner = Runner(app=make_app(agent, [JournalPlugin(service)]), session_service=service)
+    await service.create_session(app_name=APP, user_id=USER, session_id="s")
+    paused = await run(runner, "s", FIRST)
+    (ask,) = [c for e in paused for c in e.get_function_calls() if c.name == "adk_request_confirmation"]
+    await _answer(runner, ask.id, ask.name, {"confirmed": True})
+
+
+asyncio.run(main())
+"""
+
+
+def test_g9_a_confirmed_call_killed_inside_its_tool_is_shown_may_have_run_not_the_gates_placeholder(
+    target: str, tmp_path: Path
+) -> None:
+    """A human confirmed the call, and its tool was killed after paying: the next run hands the
+    model the journal's answer (MAY have run) after the confirmation, where the tool's own answer
+    would be -- not the gate's earlier placeholder ("requires confirmation"), which told the
+    model the payment never went through -- and nothing is paid again."""
+    from google.adk.tools.function_tool import FunctionTool
+
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    done = run_child(CONFIRMED_AND_KILLED, target, str(ledger.path))
+    assert done.returncode == -signal.SIGKILL, (done.stdout, done.stderr)
+
+    def pay(cents: int) -> str:
+        """Pay an amount in cents."""
+        ledger.record(call="pay", cents=cents)
+        return f"paid {cents} cents"
+
+    class Status(Asker):
+        """Answers a user's text in words, with the answers it was shown; keeps its requests."""
+
+        requests: list[list[types.Content]] = Field(default_factory=list)
+
+        async def generate_content_async(
+            self, llm_request: LlmRequest, stream: bool = False
+        ) -> AsyncGenerator[LlmResponse, None]:
+            self.requests.append(list(llm_request.contents))
+            yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text="status")]))
+
+    async def scenario() -> Status:
+        service = JournalSessionService(target)
+        model = Status()
+        agent = LlmAgent(name="cashier", model=model, tools=[FunctionTool(pay, require_confirmation=True)])
+        runner = Runner(app=make_app(agent, [JournalPlugin(service)]), session_service=service)
+        shown = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert shown is not None
+        answers = [(r.id, str(r.response)) for e in shown.events for r in e.get_function_responses()]
+        assert answers[-1][0] == "pay-1" and "MAY have run" in answers[-1][1]  # after the confirmation
+        await run(runner, "s", SECOND)
+        await service.close()
+        return model
+
+    (seen,) = asyncio.run(scenario()).requests
+    said = [str(p.function_response.response) for c in seen for p in c.parts or [] if p.function_response]
+    assert orphans(seen) == [] and any("MAY have run" in text for text in said)
+    assert ledger.count(call="pay") == 1
 
 
 def test_a_long_running_tool_is_answered_by_the_humans_answer_not_by_its_empty_return(target: str) -> None:

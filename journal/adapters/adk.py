@@ -71,10 +71,12 @@ What it cannot do, honestly:
   no answer (its answer is the one the app appends later).
 - A tool behind ADK's confirmation gate (``require_confirmation``) is not dispatched while the gate
   answers it, and ADK's request to the human and the human's reply are no tool call of the typed
-  log. A call a human confirms is dispatched by the later invocation that runs it, before it
-  runs (a kill inside it is answered "MAY have run"). A crash while the confirmation is pending
-  answers the waiting call "did not run" (its turn was interrupted); the confirmation that
-  follows then gets that answer, not a run, and the model may ask again.
+  log; the gate's placeholder reply ("requires confirmation") is no answer (such a call is listed
+  in ``Repaired.unanswered`` while it waits). A call a human confirms is dispatched by the later
+  invocation that runs it, before it runs: a kill inside it is answered "MAY have run", shown
+  after the human's confirmation, where the tool's own answer would be. A crash while the
+  confirmation is pending answers the waiting call "did not run" (its turn was interrupted); the
+  confirmation that follows then gets that answer, not a run, and the model may ask again.
 - Output that ADK turns into a function response differently from the tool's return value (an
   after-tool callback replacing it) reaches the journal twice: the plugin's result wins and the
   event's copy is kept as ``tool_result_late``.

@@ -109,9 +109,23 @@ def call_ids(event: AdkEvent) -> list[str]:
     return [c.id for c in event.get_function_calls() if isinstance(c.id, str)]
 
 
+def placeholder_ids(event: AdkEvent) -> set[str]:
+    """The calls ADK's confirmation gate answers in this event while it waits for a human (its
+    placeholder reply is no answer: the tool has not run)."""
+    return set(event.actions.requested_tool_confirmations) if event.actions else set()
+
+
 def response_ids(event: AdkEvent) -> list[str]:
-    """The ids of the event's function responses."""
-    return [r.id for r in event.get_function_responses() if isinstance(r.id, str)]
+    """The ids of the event's function responses, but for the confirmation gate's placeholders."""
+    waiting = placeholder_ids(event)
+    return [r.id for r in event.get_function_responses() if isinstance(r.id, str) and r.id not in waiting]
+
+
+def _handshake(event: AdkEvent, calls: set[str]) -> bool:
+    """Whether ``event`` is part of the confirmation handshake of ``calls``: the gate's
+    placeholder reply, ADK's request to the human, or the human's answer."""
+    named = [c.name for c in event.get_function_calls()] + [r.name for r in event.get_function_responses()]
+    return bool(placeholder_ids(event) & calls) or CONFIRMATION_CALL in named
 
 
 def unanswered(events: Sequence[AdkEvent]) -> set[str]:
@@ -128,19 +142,32 @@ def project(events: Sequence[AdkEvent], results: dict[str, Event]) -> list[AdkEv
     owed = unanswered(events)
     if not owed:
         return list(events)
+    gated = {i for e in events for i in placeholder_ids(e)}
+    later: dict[int, list[tuple[AdkEvent, list[str]]]] = {}
     out: list[AdkEvent] = []
-    for event in events:
+    for index, event in enumerate(events):
         out.append(event)
         answers = [i for i in call_ids(event) if i in owed and i in results]
-        if answers:
-            out.append(answer_event(event, [results[i] for i in answers]))
+        now = [i for i in answers if i not in gated]
+        if now:
+            out.append(answer_event(event, [results[i] for i in now]))
+        if waited := [i for i in answers if i in gated]:
+            # A call the gate held for a human: answered where its own answer would be, after
+            # the handshake (the human's confirmation, then the run that the crash cut short).
+            end = index
+            while end + 1 < len(events) and _handshake(events[end + 1], set(waited)):
+                end += 1
+            later.setdefault(end, []).append((event, waited))
+        for call_event, waited in later.pop(index, ()):
+            out.append(answer_event(call_event, [results[i] for i in waited], after=event))
     return out
 
 
-def answer_event(call_event: AdkEvent, results: Iterable[Event]) -> AdkEvent:
+def answer_event(call_event: AdkEvent, results: Iterable[Event], *, after: AdkEvent | None = None) -> AdkEvent:
     """The function-response event that answers ``call_event``'s calls with the journal's
     ``tool_result`` events: same invocation, author and timestamp as the call (so ordering and
-    ``after_timestamp`` keep it beside the call), a stable id."""
+    ``after_timestamp`` keep it beside the call; ``after``'s timestamp when it goes after another
+    event), a stable id."""
     names = {c.id: c.name for c in call_event.get_function_calls()}
     parts = []
     ids = []
@@ -156,6 +183,6 @@ def answer_event(call_event: AdkEvent, results: Iterable[Event]) -> AdkEvent:
         invocation_id=call_event.invocation_id,
         author=call_event.author,
         branch=call_event.branch,
-        timestamp=call_event.timestamp,
+        timestamp=(after or call_event).timestamp,
         content=types.Content(role="user", parts=parts),
     )
