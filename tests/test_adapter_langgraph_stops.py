@@ -396,3 +396,26 @@ def test_g9_after_a_kill_in_a_reviewed_tool_the_next_run_goes_back_to_the_model_
     (seen,) = model.inputs
     assert _one_answer_each(seen) and "MAY have run" in str(seen[-1].content)
     graph.checkpointer.close()
+
+
+def test_an_answer_given_after_a_crash_takes_the_place_of_the_one_the_read_showed(
+    stopped: dict[str, Path], tmp_path: Path
+) -> None:
+    """After the crash the operator records the call's real outcome the LangGraph way
+    (``update_state`` as the tool node): the model gets that answer alone, not beside the
+    journal's "MAY have run"; the typed log keeps the journal's as the result and the operator's
+    as late evidence (G5)."""
+    from langchain_core.messages import ToolMessage
+
+    db = _copy(stopped["resumed"], tmp_path / "j.db")
+    graph, model = stopping_graph(str(db), str(tmp_path / "ledger"), "approve")
+    told = ToolMessage("verified with the provider: paid", tool_call_id="call-1")
+    graph.update_state(THREAD, {"messages": [told]}, as_node="tools")
+    graph.invoke(None, THREAD, durability="sync")
+    (seen,) = model.inputs
+    assert _one_answer_each(seen) and seen[-1].content == "verified with the provider: paid"
+    results = [
+        (e.type, e.data["content"][:5]) for e in graph.checkpointer.journal.events("t1") if "tool_result" in e.type
+    ]
+    assert results[0] == ("tool_result", "The c") and ("tool_result_late", "verif") in results
+    graph.checkpointer.close()

@@ -92,7 +92,11 @@ in the resumed tool before that write is stored leaves the thread reading as sti
 second resume runs the tool again. A node between the model and the tools that raised reads,
 after recovery, as the tool task (its calls answered "MAY have run", the tools not run). Without
 the graph (a read after ``journal recover``), the projected tool task goes back to the node that
-asked for the calls; ``repair`` follows the graph's own edges.
+asked for the calls; ``repair`` follows the graph's own edges. An answer of your own given after a
+crash (``update_state(..., as_node="tools")`` with a ``ToolMessage``) takes the place of the one
+the read showed (the journal's, "MAY have run") in the checkpoint it makes, so the model gets one;
+the journal's result stays the call's result in the typed log (first write wins, G5), and yours
+is kept there as ``tool_result_late``.
 Subgraph namespaces are stored but not mirrored into typed events (their messages usually reach
 the root state), and their channels are stored whole each time a subgraph runs (a new namespace:
 no delta), so an agent run as a subgraph grows with the square of its thread.
@@ -760,6 +764,11 @@ class JournalSaver(BaseCheckpointSaver[str]):
         data.update(self._field("checkpoint", record))
         data.update(self._field("metadata", get_serializable_checkpoint_metadata(config, metadata)))
         values = checkpoint["channel_values"]
+        channel = self.messages_channel
+        if channel is not None and isinstance(values.get(channel), builtins.list):
+            kept = projection.superseded(values[channel])
+            if kept is not None:  # an answer given after the one a read showed: it replaces it
+                values = {**values, channel: kept}
         state: dict[str, Any] = {}
         lists: dict[tuple[str, str, str], delta.Stored | None] = {}
         for channel, version in new_versions.items():

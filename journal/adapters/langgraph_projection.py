@@ -85,6 +85,23 @@ def answer(
     return (out, added) if added else None
 
 
+def superseded(messages: Sequence[Any]) -> list[Any] | None:
+    """``messages`` without an answer a read showed from the journal (``ANSWER_ID``) that a
+    later ``ToolMessage`` for the same call replaces (an answer given after a crash, say by
+    ``update_state``): ``None`` when there is none."""
+    later: set[str] = set()
+    dropped: set[int] = set()
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if getattr(message, "type", None) != "tool":
+            continue
+        call_id = str(getattr(message, "tool_call_id", None))
+        if str(getattr(message, "id", None)) == ANSWER_ID + call_id and call_id in later:
+            dropped.add(index)
+        later.add(call_id)
+    return [m for i, m in enumerate(messages) if i not in dropped] if dropped else None
+
+
 def pending_nodes(checkpoint: Mapping[str, Any], values: Mapping[str, Any]) -> list[str]:
     """The nodes this checkpoint runs next: a node whose trigger channel holds a value of a
     version the node has not seen (LangGraph's own rule, for a ``StateGraph``'s edges)."""
