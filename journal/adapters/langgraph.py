@@ -158,7 +158,7 @@ log = logging.getLogger(__name__)
 # The pending write of a node that called ``interrupt()`` (a special write of LangGraph's, as
 # ``WRITES_IDX_MAP`` names it; its constant is private in LangGraph 1.x).
 INTERRUPT = "__interrupt__"
-RESUME = "__resume__"  # the write ``Command(resume=...)`` stores for the task that paused
+RESUME = "__resume__"  # a resume: Command(resume=...)'s (null task), or a task's own list of them
 assert INTERRUPT in WRITES_IDX_MAP and RESUME in WRITES_IDX_MAP
 CHECKPOINT = "x.langgraph.checkpoint"
 WRITE = "x.langgraph.write"
