@@ -791,6 +791,45 @@ def test_g9_hooks_reused_after_a_run_that_raised_refuse_the_next_run_until_it_is
     session.close()
 
 
+@pytest.mark.parametrize("approved", [True, False], ids=["approved", "rejected"])
+def test_hooks_reused_across_a_pause_for_approval_resume_the_run_and_are_never_refused(
+    tmp_path: Path, approved: bool
+) -> None:
+    """A run that pauses for a human's approval (no crash, nothing raised) leaves its turn open;
+    the same hooks resume it from its state, approved or rejected, and the next run goes on: a
+    pause is not the run that ended inside a tool that the hooks refuse to go on from."""
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+
+    @function_tool(needs_approval=True)
+    async def refund(cents: int) -> str:
+        """Refund an amount in cents (a human approves it first)."""
+        ledger.record(call="refund", cents=cents)
+        return f"refunded {cents}"
+
+    def refunder(items: list[Any]) -> list[Any]:
+        if items[-1].get("type") == "function_call_output":
+            return [assistant_message("Done: " + str(items[-1]["output"])[:40])]
+        return [function_call("refund", {"cents": 100}, call_id=f"ref-{len(items)}")]
+
+    async def scenario() -> tuple[Any, Any]:
+        session = JournalSession("bot-1", tmp_path / "j.db")
+        hooks = session.run_hooks()
+        agent = Agent(name="refunder", model=ScriptedModel(refunder), tools=[refund])
+        paused = await Runner.run(agent, "Refund the order.", session=session, hooks=hooks)
+        state = paused.to_state()
+        for interruption in paused.interruptions:
+            (state.approve if approved else state.reject)(interruption)
+        resumed = await Runner.run(agent, state, session=session, hooks=hooks)
+        again = await Runner.run(agent, "And the next one.", session=session, hooks=hooks)
+        session.close()
+        return resumed, again
+
+    resumed, again = run(scenario())
+    assert ledger.count(call="refund") == (1 if approved else 0)
+    assert str(resumed.final_output).startswith("Done: " + ("refunded 100" if approved else ""))
+    assert again.interruptions  # the next run asks for its own approval: not refused
+
+
 # -- killed mid-run ---------------------------------------------------------------------------------------
 
 KILLED = """

@@ -589,14 +589,17 @@ class JournalRunHooks(RunHooks[Any]):
                 return
             if self.ending:
                 await self.finish()
-            else:  # a run of these hooks ended without closing its turn (it raised, was cancelled)
+            else:  # a run of these hooks ended without closing its turn
                 open_turn = await self._call("turn_state", self.session.journal_id)
-                if open_turn is not None and open_turn.start_seq == self._turn.start_seq:
-                    # The runner read the session's items already: a repair now would come too
-                    # late for them (the model would see neither the call nor its answer), so the
-                    # run is refused, as with fresh hooks, before the model is asked.
+                if open_turn is not None and open_turn.start_seq == self._turn.start_seq and self._running:
+                    # It ended inside a tool (it raised, was cancelled, timed out): the runner
+                    # read the session's items already, and a repair now would come too late
+                    # for them (the model would see neither the call nor its answer, and pay
+                    # again), so the run is refused, as with fresh hooks, before the model is asked.
                     raise OpenTurnError(open_turn.start_seq, _REPAIR_FIRST)
-                self._turn = None  # closed since (a repair): this run opens its own
+                # Otherwise nothing ran unanswered (it paused for a human's approval, or raised
+                # outside the tools): its turn is closed as the journal's recovery says.
+                await _repair(self._call, self.session, force=False, report=False)
         await self._start_turn()
 
     async def _start_turn(self) -> None:
@@ -617,6 +620,7 @@ class JournalRunHooks(RunHooks[Any]):
         # Nothing to write on the way to the model in a plain loop: the previous step was closed
         # with its items, and this one is written with the answer. A crash during the call
         # leaves an open turn whose steps are all closed: recovery closes it as interrupted.
+        self._handoff = False  # the agent runs: an approved call's handover (on_tool_start) is over
         if self._turn is not None and (self._steps.open or self._steps.unsaved):
             await self._fenced([], close=True)  # a step that saved no items: closed now, as it was
 
@@ -647,6 +651,11 @@ class JournalRunHooks(RunHooks[Any]):
             # runs (the journal dispatches the earlier turn's call in this one).
             await self._start_turn()
             self._handoff = True  # on_agent_start goes on in this turn
+        elif _approved(context, tool, call_id):
+            # The same, with the hooks of the run that paused for the approval: its turn is
+            # still open, and the resumed run goes on in it (on_llm_start, once the agent has
+            # started, ends this; a run that raised does not go on so).
+            self._handoff = True
         try:
             done = await self._call("dispatch", self.session.journal_id, call_id, turn=self._turn)
         except UnknownToolCall:
@@ -796,6 +805,15 @@ def _bookkeep(
     if ends:
         batch.append(("turn_end", {"turn": turn, "steps": number, "reason": "complete"}, None))
     return batch, _Steps(number, is_open, steps.unsaved and not batch)
+
+
+def _approved(context: Any, tool: Any, call_id: str) -> bool:
+    """Whether a human approved this call (a run resumed from a paused ``RunState``)."""
+    check = getattr(context, "is_tool_approved", None)
+    try:
+        return callable(check) and check(getattr(tool, "name", ""), call_id) is True
+    except Exception:  # pragma: no cover - an SDK whose approvals read otherwise: not approved
+        return False
 
 
 def _call_item(context: Any) -> dict[str, Any]:
