@@ -491,6 +491,27 @@ def test_a_tool_awaiting_confirmation_runs_once_when_a_human_confirms_and_never_
     asyncio.run(scenario())
 
 
+def test_the_plugin_records_runs_of_another_service_over_the_same_journal(target: str, tmp_path: Path) -> None:
+    """The runner's service and the plugin's are two ``JournalSessionService`` objects over one
+    journal (the module's "share one journal" advice): the plugin still records the turn and the
+    dispatch (it skips only runs whose sessions live outside any journal)."""
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+
+    async def go() -> None:
+        runner_service, plugin_service = JournalSessionService(target), JournalSessionService(target)
+        agent = cashier_agent(ledger, Cashier())
+        runner = Runner(app=make_app(agent, [JournalPlugin(plugin_service)]), session_service=runner_service)
+        await runner_service.create_session(app_name=APP, user_id=USER, session_id="s1")
+        await run(runner, "s1", FIRST)
+        await runner_service.close()
+        await plugin_service.close()
+
+    asyncio.run(go())
+    with journal.open(target) as j:
+        typed = [e.type for e in j.events(journal_session_id(APP, USER, "s1")) if not e.type.startswith("x.")]
+        assert "tool_call" in typed and typed.count("turn_start") == typed.count("turn_end") == 1
+
+
 CONFIRMED_AND_KILLED = """
 import asyncio, os, signal, sys
 from google.adk.agents import LlmAgent

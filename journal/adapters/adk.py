@@ -64,8 +64,9 @@ What it cannot do, honestly:
 - The barrier covers the tools ADK calls through ``before_tool_callback``; without the plugin the
   service alone is durable storage with typed events, and ``scan`` cannot see a running tool. A
   sub-agent run as a tool (``AgentTool``) is one call of the outer session, dispatched before it
-  runs; the plugin ADK hands to its inner runner (whose session is kept elsewhere) records nothing
-  there, so a kill inside it answers the ``AgentTool`` call "MAY have run".
+  runs; the plugin ADK hands to its inner runner (whose session is kept elsewhere, not in a
+  journal) records nothing there, so a kill inside it answers the ``AgentTool`` call "MAY have
+  run". Likewise the plugin records only runs whose sessions a ``JournalSessionService`` keeps.
 - A function call no journal result answers (a long-running tool, a call awaiting a human) is left
   as ADK stored it and listed in ``Repaired.unanswered``; a long-running tool's empty return is
   no answer (its answer is the one the app appends later).
@@ -686,11 +687,12 @@ class JournalPlugin(BasePlugin):
         self.service = service
 
     def _ours(self, invocation_context: Any) -> bool:
-        """Whether the invocation keeps its session in this plugin's service. ADK hands the
-        plugin to a sub-agent's own runner (``AgentTool``, ``include_plugins=True``), whose
-        session lives elsewhere (in memory): the journal records the ``AgentTool`` call itself,
-        dispatched in the outer session, and leaves the inner run alone."""
-        return getattr(invocation_context, "session_service", None) is self.service
+        """Whether the invocation keeps its session in a journal (this plugin's service, or
+        another ``JournalSessionService`` over the same journal). ADK hands the plugin to a
+        sub-agent's own runner too (``AgentTool``, ``include_plugins=True``), whose session lives
+        elsewhere (in memory): the journal records the ``AgentTool`` call itself, dispatched in
+        the outer session, and leaves the inner run alone."""
+        return isinstance(getattr(invocation_context, "session_service", None), JournalSessionService)
 
     def _tool_ours(self, tool_context: Any) -> bool:
         return self._ours(getattr(tool_context, "_invocation_context", None))
