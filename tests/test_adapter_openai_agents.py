@@ -791,13 +791,17 @@ def test_g9_hooks_reused_after_a_run_that_raised_refuse_the_next_run_until_it_is
     session.close()
 
 
-@pytest.mark.parametrize("approved", [True, False], ids=["approved", "rejected"])
+@pytest.mark.parametrize(
+    ("approved", "same_hooks"), [(True, True), (False, True), (True, False)], ids=["approved", "rejected", "fresh"]
+)
 def test_hooks_reused_across_a_pause_for_approval_resume_the_run_and_are_never_refused(
-    tmp_path: Path, approved: bool
+    tmp_path: Path, approved: bool, same_hooks: bool
 ) -> None:
     """A run that pauses for a human's approval (no crash, nothing raised) leaves its turn open;
     the same hooks resume it from its state, approved or rejected, and the next run goes on: a
-    pause is not the run that ended inside a tool that the hooks refuse to go on from."""
+    pause is not the run that ended inside a tool that the hooks refuse to go on from. New hooks
+    (``Runner.run(..., hooks=session.run_hooks())`` each time) take the paused turn over to run
+    the approved call."""
     ledger = Ledger(tmp_path / "ledger.jsonl")
 
     @function_tool(needs_approval=True)
@@ -819,6 +823,8 @@ def test_hooks_reused_across_a_pause_for_approval_resume_the_run_and_are_never_r
         state = paused.to_state()
         for interruption in paused.interruptions:
             (state.approve if approved else state.reject)(interruption)
+        if not same_hooks:
+            hooks = session.run_hooks()
         resumed = await Runner.run(agent, state, session=session, hooks=hooks)
         again = await Runner.run(agent, "And the next one.", session=session, hooks=hooks)
         session.close()

@@ -87,7 +87,11 @@ What it cannot do, honestly:
 - Tool call ids must be unique within a session (the providers' are): the journal keeps one result
   per call id, and a reused id is refused at dispatch rather than run twice.
 - A ``function_call`` the journal never answered (a call waiting for a human approval, an item
-  added by hand) is left alone and listed in ``Repaired.unanswered``.
+  added by hand) is left alone and listed in ``Repaired.unanswered``. A run paused for an
+  approval leaves its turn open (``journal_run`` closes it); the resumed run goes on in it, with
+  the same hooks or new ones (they take it over to run an approved call), but a resume that runs
+  no tool (every call rejected) with new hooks is refused naming ``repair``: resume with the hooks
+  that paused, or through ``journal_run``.
 - ``pop_item`` writes its marker and its ``retract`` in two transactions (the engine's
   ``retract`` is a call of its own); a crash between them leaves the item popped for the
   framework and still visible in the messages view. Popping a projected item hides it from the
@@ -649,7 +653,17 @@ class JournalRunHooks(RunHooks[Any]):
             # A run resumed after a human approved a call runs that tool before the agent
             # starts: the run's turn opens here, so the dispatch is committed before the tool
             # runs (the journal dispatches the earlier turn's call in this one).
-            await self._start_turn()
+            try:
+                await self._start_turn()
+            except OpenTurnError:
+                if not _approved(context, tool, call_id):
+                    raise
+                # The run that paused for this approval (other hooks: a plain ``Runner.run``
+                # gets new ones each time) left its turn open: this run goes on in it, taken
+                # over (``TurnHeld`` if another live process drives it).
+                self._turn = await self._call("take_over", self.session.journal_id)
+                self._steps, self._running, self.ending = _Steps(), 0, False
+                self._count, self._mine = None, set()  # unknown: the next write reads the turn first
             self._handoff = True  # on_agent_start goes on in this turn
         elif _approved(context, tool, call_id):
             # The same, with the hooks of the run that paused for the approval: its turn is
