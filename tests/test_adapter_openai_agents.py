@@ -42,6 +42,7 @@ from journal.adapters.openai_agents import (
     POP,
     REF,
     JournalSession,
+    arepair,
     journal_run,
     journal_session_id,
     repair,
@@ -834,6 +835,50 @@ def test_hooks_reused_across_a_pause_for_approval_resume_the_run_and_are_never_r
     assert ledger.count(call="refund") == (1 if approved else 0)
     assert str(resumed.final_output).startswith("Done: " + ("refunded 100" if approved else ""))
     assert again.interruptions  # the next run asks for its own approval: not refused
+
+
+def test_g9_an_approved_tool_that_raised_after_paying_leaves_the_next_run_refused_until_repair(tmp_path: Path) -> None:
+    """The approved call's tool pays, then raises (no error function): the resumed run ends
+    inside it. The hooks' next run is refused naming ``repair`` (it went on in the open turn, and
+    the call was left owed in a turn closed as complete: no recovery answered it); after
+    ``repair`` the model is told the call MAY have run and nothing is paid again."""
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+
+    async def refund(cents: int) -> str:
+        """Refund an amount in cents (a human approves it first)."""
+        ledger.record(call="refund", cents=cents)
+        raise ConnectionResetError("gateway timeout after the refund")
+
+    def refunder(items: list[Any]) -> list[Any]:
+        if any(i.get("type") == "function_call_output" for i in items):
+            return [assistant_message("status: " + str(items[-1].get("output"))[:60])]
+        if any(i.get("type") == "function_call" for i in items):
+            return [assistant_message("status: nothing seen")]
+        return [function_call("refund", {"cents": 100}, call_id="ref-1")]
+
+    async def scenario() -> ScriptedModel:
+        session = JournalSession("bot-1", tmp_path / "j.db")
+        hooks = session.run_hooks()
+        tool = function_tool(refund, needs_approval=True, failure_error_function=None)
+        agent = Agent(name="refunder", model=ScriptedModel(refunder), tools=[tool])
+        paused = await Runner.run(agent, "Refund the order.", session=session, hooks=hooks)
+        state = paused.to_state()
+        state.approve(paused.interruptions[0])
+        with pytest.raises(Exception, match="gateway timeout"):
+            await Runner.run(agent, state, session=session, hooks=hooks)
+        model = ScriptedModel(refunder)
+        later = Agent(name="refunder", model=model, tools=[tool])
+        with pytest.raises(journal.OpenTurnError, match="repair"):
+            await Runner.run(later, "Did it go through?", session=session, hooks=hooks)
+        assert model.inputs == []
+        await arepair(session)
+        await Runner.run(later, "Did it go through?", session=session, hooks=hooks)
+        session.close()
+        return model
+
+    (seen,) = run(scenario()).inputs
+    assert ledger.count(call="refund") == 1 and orphans(seen) == []
+    assert "MAY have run" in str([i.get("output") for i in seen if i.get("type") == "function_call_output"])
 
 
 # -- killed mid-run ---------------------------------------------------------------------------------------

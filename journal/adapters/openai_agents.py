@@ -91,7 +91,9 @@ What it cannot do, honestly:
   approval leaves its turn open (``journal_run`` closes it); the resumed run goes on in it, with
   the same hooks or new ones (they take it over to run an approved call), but a resume that runs
   no tool (every call rejected) with new hooks is refused naming ``repair``: resume with the hooks
-  that paused, or through ``journal_run``.
+  that paused, or through ``journal_run``. Another process takes the paused turn over only once
+  the pausing one is gone (``TurnHeld`` while it may still run): a server whose workers resume
+  each other's runs should pause through ``journal_run``, which closes the paused turn.
 - ``pop_item`` writes its marker and its ``retract`` in two transactions (the engine's
   ``retract`` is a call of its own); a crash between them leaves the item popped for the
   framework and still visible in the messages view. Popping a projected item hides it from the
@@ -588,9 +590,9 @@ class JournalRunHooks(RunHooks[Any]):
 
     async def on_agent_start(self, context: Any, agent: Any) -> None:
         if self._turn is not None:
-            if self._handoff:  # the same run goes on with another agent (or a resumed run's
-                self._handoff = False  # approved tools opened its turn): the same turn
-                return
+            handoff, self._handoff = self._handoff, False
+            if handoff and not self._running:  # the same run goes on with another agent (or a
+                return  # resumed run's approved tools ran in its turn): the same turn
             if self.ending:
                 await self.finish()
             else:  # a run of these hooks ended without closing its turn
