@@ -83,6 +83,8 @@ What it cannot do, honestly:
   event's copy is kept as ``tool_result_late``.
 - One ``JournalSessionService`` drives one invocation of a session at a time (as ADK's runner
   does): recovery closes a turn this process opened only when no run of this service holds it.
+  So give the runner and the plugin the same service object: with two (over one journal), a read
+  through the runner's during a run the plugin's records closes that run's turn as a crash.
 """
 
 from __future__ import annotations
