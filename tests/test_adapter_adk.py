@@ -445,6 +445,20 @@ async def _answer(runner: Runner, call_id: str, name: str, response: dict[str, A
     return [e async for e in runner.run_async(user_id=USER, session_id="s", new_message=message)]
 
 
+async def paused_for_confirmation(target: str, pay: Any) -> tuple[JournalSessionService, Runner, Any]:
+    """Session ``s`` whose first run stopped at ADK's confirmation gate for ``pay`` (``Asker``
+    asks for it): the service, the runner, and ADK's call asking the human."""
+    from google.adk.tools.function_tool import FunctionTool
+
+    service = JournalSessionService(target)
+    agent = LlmAgent(name="cashier", model=Asker(), tools=[FunctionTool(pay, require_confirmation=True)])
+    runner = Runner(app=make_app(agent, [JournalPlugin(service)]), session_service=service)
+    await service.create_session(app_name=APP, user_id=USER, session_id="s")
+    paused = await run(runner, "s", FIRST)
+    (ask,) = [c for e in paused for c in e.get_function_calls() if c.name == "adk_request_confirmation"]
+    return service, runner, ask
+
+
 @pytest.mark.parametrize("confirmed", [True, False])
 def test_a_tool_awaiting_confirmation_runs_once_when_a_human_confirms_and_never_when_rejected(
     target: str, tmp_path: Path, confirmed: bool
@@ -452,7 +466,6 @@ def test_a_tool_awaiting_confirmation_runs_once_when_a_human_confirms_and_never_
     """ADK's confirmation gate answers the call instead of the tool while it waits for a human:
     the plugin dispatches nothing then (the dispatch would make the confirmed call "already
     dispatched", never to run) and the journal records no result for it (it is not answered)."""
-    from google.adk.tools.function_tool import FunctionTool
 
     ledger = Ledger(tmp_path / "ledger.jsonl")
 
@@ -462,12 +475,7 @@ def test_a_tool_awaiting_confirmation_runs_once_when_a_human_confirms_and_never_
         return f"paid {cents} cents"
 
     async def scenario() -> None:
-        service = JournalSessionService(target)
-        agent = LlmAgent(name="cashier", model=Asker(), tools=[FunctionTool(pay, require_confirmation=True)])
-        runner = Runner(app=make_app(agent, [JournalPlugin(service)]), session_service=service)
-        await service.create_session(app_name=APP, user_id=USER, session_id="s")
-        paused = await run(runner, "s", FIRST)
-        (ask,) = [c for e in paused for c in e.get_function_calls() if c.name == "adk_request_confirmation"]
+        service, runner, ask = await paused_for_confirmation(target, pay)
         assert ledger.entries() == []
         sid = journal_session_id(APP, USER, "s")
         with journal.open(target, readonly=True) as j:
@@ -514,12 +522,8 @@ def test_the_plugin_records_runs_of_another_service_over_the_same_journal(target
 
 CONFIRMED_AND_KILLED = """
 import asyncio, os, signal, sys
-from google.adk.agents import LlmAgent
-from google.adk.runners import Runner
-from google.adk.tools.function_tool import FunctionTool
-from journal.adapters.adk import JournalPlugin, JournalSessionService
 from journal.testing import Ledger
-from tests.test_adapter_adk import APP, FIRST, USER, Asker, _answer, make_app, run
+from tests.test_adapter_adk import _answer, paused_for_confirmation
 
 target, ledger = sys.argv[1], Ledger(sys.argv[2])
 
@@ -531,12 +535,7 @@ def pay(cents: int) -> str:
 
 
 async def main():
-    service = JournalSessionService(target)
-    agent = LlmAgent(name="cashier", model=Asker(), tools=[FunctionTool(pay, require_confirmation=True)])
-    runner = Runner(app=make_app(agent, [JournalPlugin(service)]), session_service=service)
-    await service.create_session(app_name=APP, user_id=USER, session_id="s")
-    paused = await run(runner, "s", FIRST)
-    (ask,) = [c for e in paused for c in e.get_function_calls() if c.name == "adk_request_confirmation"]
+    _service, runner, ask = await paused_for_confirmation(target, pay)
     await _answer(runner, ask.id, ask.name, {"confirmed": True})
 
 
