@@ -499,7 +499,7 @@ def test_a_tool_awaiting_confirmation_runs_once_when_a_human_confirms_and_never_
     asyncio.run(scenario())
 
 
-def test_the_plugin_records_runs_of_another_service_over_the_same_journal(target: str, tmp_path: Path) -> None:
+def test_g6_the_plugin_records_runs_of_another_service_over_the_same_journal(target: str, tmp_path: Path) -> None:
     """The runner's service and the plugin's are two ``JournalSessionService`` objects over one
     journal (the module's "share one journal" advice): the plugin still records the turn and the
     dispatch (it skips only runs whose sessions live outside any journal)."""
@@ -637,7 +637,7 @@ class Delegator(BaseLlm):
         yield LlmResponse(content=types.Content(role="model", parts=[types.Part(function_call=call)]))
 
 
-def test_a_sub_agent_run_as_a_tool_runs_with_the_plugin_and_its_call_is_the_one_dispatched(
+def test_g6_a_sub_agent_run_as_a_tool_runs_with_the_plugin_and_its_call_is_the_one_dispatched(
     target: str, tmp_path: Path
 ) -> None:
     """``AgentTool`` hands the plugin to the sub-agent's own runner (its session in memory): the

@@ -590,7 +590,8 @@ def test_a_list_version_is_stored_as_the_tail_of_a_stored_one_only_when_it_exten
     if row is not None:
         chain, count, tail, place = delta.read_delta(row)
         assert chain == ["v1"] and count == len(after) and stored.chain == ("v1", "v2") and place == 1
-        rebuilt = delta.rebuild(count, serde.dumps_typed(before)[1], [tail])
+        read = delta.remembered("v2", count, chain, serde.dumps_typed(before)[1], [tail], place)
+        rebuilt = delta.array(read.count, read.body)
         assert serde.loads_typed(("msgpack", rebuilt)) == after
     assert delta.extend(None, "v", "json", b"[]") == (None, None)  # another encoding: not split
 
@@ -618,7 +619,8 @@ def test_a_long_lineage_of_list_versions_is_stored_in_bytes_linear_in_its_messag
             chain, count, tail, place = delta.read_delta(row)
             assert [int(v[1:]) for v in chain] == delta.places(place)[:-1]
             tails = [delta.read_delta(rows[v])[2] for v in chain[1:]]
-            assert serde.loads_typed((kind, delta.rebuild(count, rows[chain[0]], [*tails, tail]))) == messages
+            read = delta.remembered(f"v{n}", count, chain, rows[chain[0]], [*tails, tail], place)
+            assert serde.loads_typed((kind, delta.array(read.count, read.body))) == messages
     per_version = [statistics.mean(added[i : i + 500]) for i in range(0, 2000, 500)]
     assert per_version[3] <= 1.5 * per_version[1], per_version  # flat, not growing with the length
     assert sum(added) <= 8 * len(serde.dumps_typed(messages)[1]), (sum(added), per_version)

@@ -398,7 +398,7 @@ def test_g9_after_a_kill_in_a_reviewed_tool_the_next_run_goes_back_to_the_model_
     graph.checkpointer.close()
 
 
-def test_an_answer_given_after_a_crash_takes_the_place_of_the_one_the_read_showed(
+def test_g5_an_answer_given_after_a_crash_takes_the_place_of_the_one_the_read_showed(
     stopped: dict[str, Path], tmp_path: Path
 ) -> None:
     """After the crash the operator records the call's real outcome the LangGraph way

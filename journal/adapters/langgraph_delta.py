@@ -12,10 +12,11 @@ place breaks the prefix and is stored whole.
 Which versions a row extends follows its place ``n`` in its lineage (the full copy is place 0),
 written in base ``FANOUT``: a row whose place ends in ``k`` zero digits holds the bytes of the
 last ``FANOUT**k`` versions, and the chain that rebuilds place ``n`` steps through its digits
-from the highest (``n = 19``, 23 in base 8: places 0, 8, 16, 17, 18, 19). So a message's bytes are stored once
-per digit a place has (``log`` of the lineage's length, base ``FANOUT``), never again in a full
-copy: a thread's bytes grow as its messages do (times that small log), and a read is still two
-state reads (the version's row, then its chain's, at most ``FANOUT - 1`` a digit).
+from the highest (``n = 19``, 23 in base 8: places 0, 8, 16, 17, 18, 19). So a message's bytes
+are stored once per digit a place has (``log`` of the lineage's length, base ``FANOUT``), never
+again in a full copy: a thread's bytes grow as its messages do (times that small log), and a
+read is still two state reads (the version's row, then its chain's, at most ``FANOUT - 1`` a
+digit).
 
 Pure functions over bytes, no I/O.
 """
@@ -124,8 +125,9 @@ def read_delta(row: bytes) -> tuple[list[str], int, bytes, int]:
 
 
 def remembered(version: str, count: int, chain: list[str], snapshot: bytes, tails: list[bytes], place: int) -> Stored:
-    """What to remember of a list read back from its chain (``rebuild``'s parts), as the base of
-    the next version."""
+    """A list read back from its chain -- the full copy (``snapshot``), then each row's tail --
+    as what to remember of it, the base of the next version (``array(count, body)`` is its
+    serde bytes)."""
     split = split_array(snapshot)
     if split is None:
         raise ValueError("the first version of a delta chain is not a msgpack array")
@@ -156,11 +158,3 @@ def _unshared(entries: list[Any]) -> list[str]:
         before = before[: int(n)] + str(rest)
         out.append(before)
     return out
-
-
-def rebuild(count: int, snapshot: bytes, tails: list[bytes]) -> bytes:
-    """The msgpack array a chain stands for: the full copy's body, then each delta's tail."""
-    split = split_array(snapshot)
-    if split is None:
-        raise ValueError("the first version of a delta chain is not a msgpack array")
-    return array(count, split[1] + b"".join(tails))
