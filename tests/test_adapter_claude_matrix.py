@@ -350,3 +350,77 @@ def test_the_harness_refuses_an_orphan_tool_use_as_the_provider_does_and_the_mod
     provider_accepts(conversation([prompt, use, result, answer]))
     assert scripted_model(conversation([prompt]))["type"] == "tool_use"
     assert scripted_model(conversation([prompt, use, result]))["type"] == "text"
+
+
+@pytest.mark.parametrize("written_back", [False, True])
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_g5_a_real_result_mirrored_after_recovery_is_late_evidence_and_the_resumed_chain_keeps_its_answer(
+    backend: str, written_back: bool, tmp_path: Path, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Killed after the tool returned, before the mirror sent its result; recovery answered the
+    # call (MAY have run) and the session resumed from that answer. Then the mirror catches up
+    # (``import_session_to_store`` from Claude's local file): the real result arrives late.
+    cwd = tmp_path / "shop"
+    project = project_key_for_directory(str(cwd))
+    key = {"project_key": project, "session_id": SID}
+    turn = first_turn()
+    (tmp_path / "turn.json").write_text(json.dumps(turn))
+    with copies(backend, tmp_path, request) as (target, _copy):
+        with JournalSessionStore(target):
+            pass
+        child = python_child(
+            CHILD, target, str(tmp_path / "ledger.jsonl"), "before_stored", str(tmp_path / "local.jsonl"),
+            str(tmp_path / "turn.json"), project,
+        )  # fmt: skip
+        _, err = child.communicate(timeout=120)
+        assert child.returncode == -signal.SIGKILL, err
+        with JournalSessionStore(target) as store:
+            repair(store, key)
+            shown = store.load_sync(key)
+            assert shown is not None
+            if written_back:  # Claude Code wrote back the answer it resumed from: stored once
+                store.append_sync(key, [e for e in shown if e["uuid"] not in {t["uuid"] for t in turn}])
+            asyncio.run(resume(store, project, cwd, Ledger(tmp_path / "ledger.jsonl"), "late"))
+            store.append_sync(key, [turn[2]])  # the real result, late
+            after = store.load_sync(key)
+            assert after is not None and after[: len(shown)] == shown  # every read shows the same answer
+            uuids = {e["uuid"] for e in after}
+            assert all(e["parentUuid"] is None or e["parentUuid"] in uuids for e in after)  # one chain, no gap
+            messages = conversation(after)
+            provider_accepts(messages)
+            results = [b for m in messages for b in m["content"] if b["type"] == "tool_result"]
+            assert len(results) == 1 and MARKER in str(results[0]["content"])
+            assert messages[-1]["content"][0]["text"].startswith("Invoice 7 was handled")  # the resumed exchange
+            # The typed log agrees: recovery's answer is the result, the real one late evidence.
+            typed = [e for e in store.journal.events(journal_session_id(key)) if e.type.startswith("tool_result")]
+            assert [e.type for e in typed] == ["tool_result", "tool_result_late"]
+            assert typed[1].data["content"] == "paid"
+
+
+def test_repair_of_a_main_key_answers_the_calls_its_subagents_transcripts_owe(tmp_path: Path) -> None:
+    # The host lives on; the Claude Code process died inside a subagent's tool: both transcripts
+    # hold an open turn. ``repair`` of the main key covers the subagent's, as ``delete`` does.
+    key = {"project_key": "-home-ada-shop", "session_id": SID}
+    sub = {**key, "subpath": "subagents/agent-a1b2"}
+    prompt = entry(0, "user", "Use a helper to pay invoice 9", None)
+    task = entry(
+        1, "assistant", [{"type": "tool_use", "id": "toolu_task", "name": "Task", "input": {}}], prompt["uuid"]
+    )
+    ask = entry(2, "user", "Pay invoice 9", None, isSidechain=True)
+    pay = entry(
+        3, "assistant", [{"type": "tool_use", "id": "toolu_pay_9", "name": "pay", "input": {}}], ask["uuid"],
+        isSidechain=True,
+    )  # fmt: skip
+    with JournalSessionStore(tmp_path / "a.db") as store:
+        store.append_sync(key, [prompt, task])
+        store.append_sync(sub, [ask, pay])
+        repaired = repair(store, key)
+        assert [(e.session_id, e.type) for e in repaired.recovered] == [
+            (journal_session_id(key), "tool_result"), (journal_session_id(key), "turn_end"),
+            (journal_session_id(sub), "tool_result"), (journal_session_id(sub), "turn_end"),
+        ]  # fmt: skip
+        assert repaired.unanswered == ()
+        for each in (key, sub):
+            assert owed_calls(store.load_sync(each) or []) == []
+        assert store.journal.scan().clean
+        assert repair(store, key).recovered == ()  # idempotent

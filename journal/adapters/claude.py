@@ -138,8 +138,10 @@ from journal.adapters.claude_entries import (
     filled,
     fold,
     known_chain,
+    late_answers,
     owed_calls,
     project,
+    result_only,
     unfold,
 )
 from journal.adapters.repaired import Repaired
@@ -564,12 +566,14 @@ class _Planner:
 # -- the framework's view ----------------------------------------------------------------------------
 
 
-def entries_of(j: journal.Journal, session_id: str) -> list[Any]:
+def entries_of(j: journal.Journal, session_id: str, loose: list[int] | None = None) -> list[Any]:
     """The entries a journal session holds, each rebuilt whole, in append order: what ``load``
     returns before projecting recovery's answers (a journal fork of a transcript reads the same).
 
     An entry is read from the typed event that carries it, or from its ``x.claude.entry`` event
-    (its own residue; whole; or, as the previous format stored it, with ``holes``)."""
+    (its own residue; whole; or, as the previous format stored it, with ``holes``). ``loose``,
+    when given, gets the places of the entries read from their own event (no typed event carries
+    them: a result the typed log holds as late, say)."""
     # The events an entry is read from, or takes a value from (a result or a prompt of its batch):
     # the turn and dispatch events are neither.
     events = j.events(session_id, types=[ENTRY, *CARRIERS])
@@ -578,21 +582,21 @@ def entries_of(j: journal.Journal, session_id: str) -> list[Any]:
     out: list[Any] = []
     for event in events:
         stored = _stored_residue(event)
-        if stored is not None:
-            residue = expand(stored, event.seq, residues)
-            if residue is None:
-                raise CorruptJournal(
-                    escape(f"session {session_id!r}")[:300],
-                    f"its {event.type} at seq {event.seq} holds no Claude entry it can be read from",
-                )
-            residues[event.seq] = residue
-            out.append(unfold(residue, event, by_seq, out[-1] if out else None))
-        elif event.type != ENTRY:
+        if stored is None and event.type != ENTRY:
             continue
-        elif "holes" in event.data:
-            out.append(filled(event, by_seq))
-        else:
-            out.append(event.data["entry"])
+        if event.type == ENTRY and loose is not None:
+            loose.append(len(out))
+        if stored is None:
+            out.append(filled(event, by_seq) if "holes" in event.data else event.data["entry"])
+            continue
+        residue = expand(stored, event.seq, residues)
+        if residue is None:
+            raise CorruptJournal(
+                escape(f"session {session_id!r}")[:300],
+                f"its {event.type} at seq {event.seq} holds no Claude entry it can be read from",
+            )
+        residues[event.seq] = residue
+        out.append(unfold(residue, event, by_seq, out[-1] if out else None))
     return out
 
 
@@ -729,15 +733,21 @@ class JournalSessionStore(SessionStore):
     def load_sync(self, key: SessionKey) -> list[SessionStoreEntry] | None:
         """The entries, with each call a recovery answered shown answered (see ``project``)."""
         sid = journal_session_id(key)
+        loose: list[int] = []
         try:
             _check_owner(sid, self._journal.session(sid), key)
             self._recover_dead(sid)
-            entries = entries_of(self._journal, sid)
+            entries = entries_of(self._journal, sid, loose)
         except SessionNotFound:
             return None
         if not entries:
             return None
-        return cast("list[SessionStoreEntry]", project(sid, entries, self._results(sid, owed_calls(entries))))
+        answering = {i: answers for i in loose if (answers := result_only(entries[i]))}
+        results = self._results(sid, [*owed_calls(entries), *(c for calls in answering.values() for c in calls)])
+        late = late_answers(sid, entries, answering, results)
+        if late:  # a real result after recovery answered the call: the typed log's late evidence
+            entries = [entry for i, entry in enumerate(entries) if i not in late]
+        return cast("list[SessionStoreEntry]", project(sid, entries, results))
 
     def _recover_dead(self, sid: str) -> None:
         """Recover the session's open turn when the process that drove it is gone (a crash), so a
@@ -863,7 +873,8 @@ def repair(store: JournalSessionStore, key: SessionKey, *, force: bool = False) 
     """After a crash, before resuming the session: run the journal's one recovery for the key's
     session, so every call the crash left without a result gets a synthetic one (it MAY have
     run: the SDK mirrors entries after Claude Code ran them) and the open turn ends
-    ``interrupted``.
+    ``interrupted``. A main transcript's key covers its subagents' transcripts too (a crash
+    inside a subagent's tool leaves both open), as ``delete`` does.
 
     Idempotent, and only needed once by whoever comes first: ``journal recover`` from a shell,
     ``Journal.recover()`` or the async face's do the same, and ``load`` shows what any of them
@@ -881,8 +892,15 @@ def repair(store: JournalSessionStore, key: SessionKey, *, force: bool = False) 
         return Repaired(sid)
     if result.live_owner is not None:
         return Repaired(sid, live_owner=result.live_owner)
-    entries = store.load_sync(key) or []
-    return Repaired(sid, recovered=tuple(result.appended), unanswered=tuple(owed_calls(entries)))
+    recovered, unanswered = list(result.appended), owed_calls(store.load_sync(key) or [])
+    live_owner = None
+    if not key.get("subpath"):
+        for subpath in store.list_subkeys_sync({"project_key": key["project_key"], "session_id": key["session_id"]}):
+            sub = repair(store, {**key, "subpath": subpath}, force=force)
+            recovered.extend(sub.recovered)
+            unanswered.extend(sub.unanswered)
+            live_owner = live_owner or sub.live_owner
+    return Repaired(sid, recovered=tuple(recovered), unanswered=tuple(unanswered), live_owner=live_owner)
 
 
 async def arepair(store: JournalSessionStore, key: SessionKey, *, force: bool = False) -> Repaired:

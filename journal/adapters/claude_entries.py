@@ -437,6 +437,43 @@ def owed_calls(entries: list[Any]) -> list[str]:
     return list(dict.fromkeys(call for entry in entries for call in _uses(entry) if call not in answered))
 
 
+def result_only(entry: Any) -> list[str]:
+    """The calls a user entry answers when ``tool_result`` blocks are all it holds, else ``[]``."""
+    if not (isinstance(entry, dict) and entry.get("type") == "user"):
+        return []
+    blocks = blocks_of(entry.get("message"))
+    if not blocks or not all(isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks):
+        return []
+    return _answers(entry)
+
+
+def late_answers(
+    session_id: str, entries: list[Any], answering: dict[int, list[str]], results: dict[str, Event]
+) -> set[int]:
+    """The places of the entries that answer, too late, calls a recovery already answered (pure).
+
+    ``answering``: the entries read from their own event (no typed event carries them) that hold
+    only ``tool_result`` blocks, with the calls they answer; ``results``: the typed log's result of
+    each call. Such an entry is late when the result of record of each of its calls is
+    recovery's synthetic one (G5: the first result stands; this one is ``tool_result_late``) and
+    it is not that answer written back. The transcript keeps the answer the model was shown, so
+    the session resumed from it stays one chain with one answer per call; the late result stays
+    in the typed log, as evidence (``journal show``)."""
+    late: set[int] = set()
+    for index, calls in answering.items():
+        ours = {answer_uuid(session_id, call) for call in calls}
+        if entries[index].get("uuid") in ours:
+            continue
+        if all(call in results and _synthetic(results[call]) for call in calls):
+            late.add(index)
+    return late
+
+
+def _synthetic(result: Event) -> bool:
+    metadata = result.data.get("metadata")
+    return isinstance(metadata, dict) and metadata.get("synthetic") is True
+
+
 def _message_id(entry: Any) -> Any:
     message = entry.get("message") if isinstance(entry, dict) else None
     return message.get("id") if isinstance(message, dict) else None
