@@ -135,6 +135,10 @@ RESTARTS: dict[str, Callable[[Path, Any], Any]] = {
     "cli_recover_then_resume": lambda db, g: (_cli_recover(db), g.invoke(Command(resume="yes"), THREAD)),
     "j_recover_then_invoke_none": lambda db, g: (g.checkpointer.journal.recover(), g.invoke(None, THREAD)),
     "repair_then_resume": lambda db, g: (repair(g, THREAD), g.invoke(Command(resume="yes"), THREAD)),
+    # The head's own config (it names the checkpoint): LangGraph replays from it, running again
+    # any task still pending there, whatever writes it stored.
+    "head_config": lambda db, g: g.invoke(None, g.get_state(THREAD).config, durability="sync"),
+    "cli_recover_then_head_config": lambda db, g: (_cli_recover(db), g.invoke(None, g.get_state(THREAD).config)),
 }
 
 
@@ -175,7 +179,7 @@ def test_g8_a_paused_run_recovered_reads_the_same_whichever_recovery_ran(
     graph.checkpointer.close()
 
 
-@pytest.mark.parametrize("restart", ["invoke_none", "j_recover_then_invoke_none"])
+@pytest.mark.parametrize("restart", ["invoke_none", "j_recover_then_invoke_none", "head_config"])
 def test_g9_a_tool_that_raised_after_paying_is_answered_and_not_run_again(
     stopped: dict[str, Path], tmp_path: Path, restart: str
 ) -> None:
@@ -257,7 +261,7 @@ graph.invoke({"messages": [("user", "pay both")]}, THREAD, durability="sync")
 """
 
 
-@pytest.mark.parametrize("restart", ["invoke_none", "j_recover_then_invoke_none", "new_input"])
+@pytest.mark.parametrize("restart", ["invoke_none", "j_recover_then_invoke_none", "new_input", "head_config"])
 def test_g9_calls_sent_to_the_tool_node_one_task_each_are_answered_and_not_run_again(
     tmp_path: Path, restart: str
 ) -> None:

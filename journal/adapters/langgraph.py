@@ -398,6 +398,10 @@ class JournalSaver(BaseCheckpointSaver[str]):
         # The last version of each thread's messages list this saver stored or read, by
         # (session, namespace, channel): the base its next version is stored as a delta of.
         self._lists: dict[tuple[str, str, str], delta.Stored] = {}
+        # The channel versions a read made when it showed a stopped tool task finished
+        # (``_fold``), by (session, namespace, checkpoint id): stored with the child checkpoint
+        # that still names them.
+        self._folded: dict[tuple[str, str, str], dict[str, str]] = {}
 
     def close(self) -> None:
         """Close the journal if this saver opened it."""
@@ -675,26 +679,76 @@ class JournalSaver(BaseCheckpointSaver[str]):
         # The tasks that run the answered calls next: one per ``Send`` of a call (a prebuilt
         # agent's tool node, one task per call), else the one tool node the edges trigger.
         tasks = _sent_tasks(checkpoint, step, added)
+        node = None
         if not tasks:
             nodes = projection.pending_nodes(checkpoint, values)
             task_id = _task_id(checkpoint, nodes[0], step) if len(nodes) == 1 else None
             tasks = [] if task_id is None else [(task_id, added)]
-        # A task whose own writes are stored finished: LangGraph applies them. One that stopped
-        # without finishing -- it raised (its error write), or paused at ``interrupt()`` and was
-        # resumed, or recovered, after it -- reads as finished with the journal's answers, so no
-        # path runs the tool again: its special writes and a resume waiting for it go (LangGraph
-        # would run it again for them).
+            node = nodes[0] if tasks else None
+        # The tool tasks read as run in the head itself (``_fold``): one that finished (its answers
+        # are the writes it stored) and one that stopped without finishing -- it raised (its error
+        # write), or paused at ``interrupt()`` and was resumed, or recovered, after it -- alike:
+        # their writes and a resume waiting for them go, and no path, a replay from the head's own
+        # config included, runs the tool again. A task that wrote more than its answers and its
+        # edge (a state update of its own) keeps its writes for LangGraph to apply; then, or when
+        # the records do not tell which node asked, a stopped task shows the journal's answers as
+        # its pending writes.
+        asked = next(i for i, m in enumerate(messages) if owed[0] in {c.get("id") for c in _calls_of(m)})
+        back_to = self._asker(history, event, asked) if tasks else None
+        ran = {task_id for task_id, _answers in tasks}
+        own = {
+            w[0] for w in writes if w[1] not in (channel, *WRITES_IDX_MAP) and not w[1].startswith(projection.BRANCH)
+        }
+        if back_to is not None and not ran & own:
+            writes = [w for w in writes if w[0] not in ran and not (w[0] == NULL_TASK_ID and w[1] == RESUME)]
+            packets = enumerate(checkpoint["channel_values"].get(TASKS) or ())
+            sent = {i for i, p in packets if _task_id(checkpoint, getattr(p, "node", ""), step, push=i) in ran}
+            self._fold(session_id, checkpoint, node, sent, back_to)
+            return writes, added
         finished = {w[0] for w in writes if w[1] not in WRITES_IDX_MAP}
         tasks = [(task_id, answers) for task_id, answers in tasks if task_id not in finished]
-        if not tasks:
-            return writes, added
         stopped = {task_id for task_id, _answers in tasks}
         writes = [w for w in writes if w[0] not in stopped and not (w[0] == NULL_TASK_ID and w[1] == RESUME)]
-        asked = next(i for i, m in enumerate(messages) if owed[0] in {c.get("id") for c in _calls_of(m)})
-        back_to = self._asker(history, event, asked)
         for task_id, answers in tasks:
             writes = [*writes, *projection.projected_writes(task_id, channel, answers, back_to)]
         return writes, added
+
+    def _fold(
+        self, session_id: str, checkpoint: dict[str, Any], node: str | None, sent: set[int], back_to: str
+    ) -> None:
+        """Show the stopped tool task as run in ``checkpoint`` itself (its answers are in the
+        messages already): the tool ``node`` has seen its trigger, the ``Send`` packets at the
+        places ``sent`` are consumed, and the edge back to the node that asked holds a value. So
+        the head reads as the step after the tools (``next`` is the asking node) with no pending
+        task, and a run from it -- ``invoke(None)``, a new input, or the head's own config, which
+        LangGraph replays (it runs a pending task again, whatever its stored writes) -- goes on at
+        that node. The versions made are a function of the checkpoint (every read shows the same),
+        above all of its own, and kept for ``put`` of the child that still names them."""
+        values, versions = checkpoint["channel_values"], dict(checkpoint["channel_versions"])
+        seen = {name: dict(channels) for name, channels in checkpoint.get("versions_seen", {}).items()}
+        top = max((int(str(v).split(".")[0]) for v in versions.values()), default=0)
+
+        def made(channel: str) -> str:
+            digest = hashlib.sha256(f"{checkpoint['id']}\x00{channel}".encode()).hexdigest()
+            return f"{top + 1:032}.{int(digest[:13], 16):016}"
+
+        new: dict[str, str] = {}
+        if node is not None:
+            trigger = projection.BRANCH + node
+            seen.setdefault(node, {})[trigger] = versions[trigger]
+        if sent:
+            left = [p for i, p in enumerate(values.get(TASKS) or ()) if i not in sent]
+            values.pop(TASKS, None)
+            if left:
+                values[TASKS] = left
+            versions[TASKS] = new[TASKS] = made(TASKS)
+        edge = projection.BRANCH + back_to
+        values[edge] = None
+        versions[edge] = new[edge] = made(edge)
+        checkpoint["channel_versions"], checkpoint["versions_seen"] = versions, seen
+        if checkpoint.get("updated_channels"):  # the channels whose nodes LangGraph considers next
+            checkpoint["updated_channels"] = sorted({*checkpoint["updated_channels"], *new})
+        self._folded[(session_id, "", str(checkpoint["id"]))] = new  # (heads of the root namespace)
 
     def _asker(self, history: _History, event: journal.Event, index: int) -> str | None:
         """The node that asked for the calls of the ``AIMessage`` at ``index`` of the messages:
@@ -780,6 +834,11 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 where = (session_id, ns, channel)
                 row, lists[where] = delta.extend(self._lists.get(where), str(version), typed[0], bytes(typed[1]))
             state[_value_key(ns, channel, version)] = _pack((delta.KIND, row) if row is not None else typed)
+        for channel, version in self._folded.get((session_id, ns, str(parent)), {}).items():
+            # A version a read made (``_fold``) that this child still names: stored with it.
+            named = checkpoint["channel_versions"].get(channel) == version
+            if named and channel not in new_versions and channel in values:
+                state[_value_key(ns, channel, version)] = _pack(self.serde.dumps_typed(values[channel]))
         native = (CHECKPOINT, data, _key("lg.c", ns, checkpoint["id"]))
         derived, turn_state = self._mirror(session_id, ns, parent, values, new_versions, data)
         try:
@@ -1110,12 +1169,13 @@ def repair(graph: Any, config: RunnableConfig, *, force: bool = False, tools_nod
         return Repaired(session_id, result.appended, unanswered=unanswered)
     # Built on that very head (its config names it): the checkpoint the next step builds on
     # holds the answers, whatever the pending writes say. An answer that is the tool node's own
-    # stored write is applied by LangGraph from the pending writes: handed over again it would be
-    # a second ToolMessage for the call when the stored one has no id (add_messages matches ids).
+    # stored write is in the head's values already (or applied by LangGraph from its pending
+    # writes): handed over again it would be a second ToolMessage for the call when it has no id
+    # (add_messages matches ids). The journal's answers have theirs: handed over, they replace.
     stored = {
         m.tool_call_id for _task, ch, value in head.pending_writes or [] if ch == channel for m in _tool_messages(value)
     }
-    fresh = [m for m in added if m.tool_call_id not in stored]
+    fresh = [m for m in added if m.tool_call_id not in stored and str(m.id).startswith(projection.ANSWER_ID)]
     graph.update_state(head.config, {channel: fresh}, as_node=_tool_node(graph, head, tools_node))
     return Repaired(session_id, result.appended, added=tuple(added), unanswered=unanswered)
 
@@ -1154,7 +1214,8 @@ def _tool_node(graph: Any, head: CheckpointTuple, named: str | None) -> str:
     tools: list[str] = sorted(n for n, spec in nodes.items() if isinstance(getattr(spec, "bound", None), ToolNode))
     if len(tools) == 1:
         return tools[0]
-    pending = projection.pending_nodes(head.checkpoint, head.checkpoint["channel_values"])
+    values = head.checkpoint["channel_values"]
+    pending = projection.pending_nodes(head.checkpoint, values) + projection.folded_nodes(head.checkpoint, values)
     chosen = [n for n in pending if n in tools] if tools else pending
     if len(chosen) == 1:
         return chosen[0]

@@ -9,9 +9,12 @@ answers in the channel right after that call's answers so far, before anything l
 - ``graph.invoke(new input)`` builds on channel values that answer every call (LangGraph drops
   the pending writes of a checkpoint when new input arrives, so answers there alone would leave
   the model an unanswered call);
-- ``graph.invoke(None)`` finds the pending tool node's task finished (``projected_writes``: its
-  answers and the edge back to the node that asked), so it neither runs the tool again nor
-  stops short of the model.
+- the stopped tool task reads as run in the head itself (``JournalSaver._fold``: the tool node
+  has seen its trigger, the edge back to the node that asked holds a value), so ``invoke(None)``
+  and a run from the head's own config (which LangGraph replays, running again any task still
+  pending there) go on to that node: neither runs the tool again nor stops short of the model.
+  When the records do not tell which node asked, the task is shown finished by its pending
+  writes instead (``projected_writes``), which a replay does not apply.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 from langchain_core.messages import ToolMessage
 
 ANSWER_ID = "journal-result:"  # the id of an answer read from the journal: stable, so a re-read replaces it
-_BRANCH = "branch:to:"  # LangGraph's trigger channel of a node in a StateGraph
+BRANCH = "branch:to:"  # LangGraph's trigger channel of a node in a StateGraph
 _NOT_NODES = ("__input__", "__interrupt__", "__start__")
 
 
@@ -108,11 +111,24 @@ def pending_nodes(checkpoint: Mapping[str, Any], values: Mapping[str, Any]) -> l
     versions, seen = checkpoint.get("channel_versions", {}), checkpoint.get("versions_seen", {})
     out = []
     for channel, version in versions.items():
-        if channel.startswith(_BRANCH) and channel in values:
-            node = channel[len(_BRANCH) :]
+        if channel.startswith(BRANCH) and channel in values:
+            node = channel[len(BRANCH) :]
             if seen.get(node, {}).get(channel) != version:
                 out.append(node)
     return sorted(out)
+
+
+def folded_nodes(checkpoint: Mapping[str, Any], values: Mapping[str, Any]) -> list[str]:
+    """The nodes a read showed as run in this checkpoint (``JournalSaver._fold``): their trigger
+    channel still holds a value they have seen (a run LangGraph stored would have consumed it)."""
+    versions, seen = checkpoint.get("channel_versions", {}), checkpoint.get("versions_seen", {})
+    return sorted(
+        channel[len(BRANCH) :]
+        for channel, version in versions.items()
+        if channel.startswith(BRANCH)
+        and channel in values
+        and seen.get(channel[len(BRANCH) :], {}).get(channel) == version
+    )
 
 
 def asking_node(checkpoint: Mapping[str, Any], parent: Mapping[str, Any] | None) -> str | None:
@@ -122,7 +138,7 @@ def asking_node(checkpoint: Mapping[str, Any], parent: Mapping[str, Any] | None)
         return None
     now, before = checkpoint.get("versions_seen", {}), parent.get("versions_seen", {})
     ran: list[str] = [n for n in now if n not in _NOT_NODES and now[n] != before.get(n)]
-    if len(ran) == 1 and _BRANCH + ran[0] in checkpoint.get("channel_versions", {}):
+    if len(ran) == 1 and BRANCH + ran[0] in checkpoint.get("channel_versions", {}):
         return ran[0]
     return None
 
@@ -134,5 +150,5 @@ def projected_writes(
     and (``back_to``) the edge to the node that asked, as LangGraph's edge writes it."""
     writes: list[tuple[str, str, Any]] = [(task_id, channel, list(added))]
     if back_to is not None:
-        writes.append((task_id, _BRANCH + back_to, None))
+        writes.append((task_id, BRANCH + back_to, None))
     return writes
