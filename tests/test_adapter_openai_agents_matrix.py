@@ -184,6 +184,20 @@ def test_a_plain_run_right_after_a_crash_reads_the_dead_runs_call_answered_and_p
         assert j.scan().clean and j.check() == []
 
 
+def test_pop_item_right_after_a_crash_takes_back_the_item_get_items_shows_last(target: str, tmp_path: Path) -> None:
+    """The user's first call after the kill is ``pop_item`` (no read before it): it recovers the
+    dead process's turn as ``get_items`` does, so it takes back what that read shows last -- the
+    answer recovery gave the call -- not the item before the call (it took the prompt)."""
+    _killed_run(target, Ledger(tmp_path / "ledger.jsonl"), "after_effect")
+    session = JournalSession("bot-1", target)
+    popped = asyncio.run(session.pop_item())
+    assert popped is not None and popped["type"] == "function_call_output" and "MAY have run" in popped["output"]
+    left = asyncio.run(session.get_items())
+    assert [i.get("role") or i["type"] for i in left] == ["user", "function_call"]
+    assert left[0]["content"] == FIRST
+    session.close()
+
+
 def test_a_run_refused_on_a_turn_this_process_left_open_names_repair_and_a_late_repair_keeps_the_order(
     target: str, tmp_path: Path
 ) -> None:

@@ -344,9 +344,14 @@ class JournalSession:
     async def pop_item(self) -> TResponseInputItem | None:
         """Take the last item back and return it (``None`` when there is none). Nothing is deleted:
         a pop marker hides it from ``get_items``; its derived message is retracted when it is the
-        transcript's last. Two pops racing take two different items (compare-and-append)."""
+        transcript's last. Two pops racing take two different items (compare-and-append). The
+        last item is the one ``get_items`` shows last: a dead process's turn is recovered first,
+        as that read recovers it."""
         for _ in range(_CAS_TRIES):
             try:
+                hooks = self._hooks
+                if hooks is None or hooks._turn is None:  # no run of these hooks is going on
+                    await self._recover_dead()
                 count = await self._call("count", self.journal_id)
             except SessionNotFound:
                 return None
