@@ -423,3 +423,85 @@ def test_g5_an_answer_given_after_a_crash_takes_the_place_of_the_one_the_read_sh
     ]
     assert results[0] == ("tool_result", "The c") and ("tool_result_late", "verif") in results
     graph.checkpointer.close()
+
+
+# -- a tool node inside a subgraph ----------------------------------------------------------------------
+
+
+def subgraph_graph(db: str, ledger_path: str, *, kill: bool = False) -> tuple[Any, OneCall]:
+    """An outer graph whose one node is a compiled agent -> tools loop (its checkpoints live in
+    a namespace of their own); ``pay`` records its payment, and with ``kill`` its process dies
+    after paying."""
+    ledger, model = Ledger(ledger_path), OneCall()
+
+    @tool
+    def pay(cents: int, ref: str) -> str:
+        """Pay an amount, in cents, once per ref."""
+        ledger.record(cents=cents, ref=ref)
+        if kill:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return f"paid {cents}"
+
+    inner = StateGraph(MessagesState)
+    inner.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
+    inner.add_node("tools", ToolNode([pay]))
+    inner.add_edge(START, "agent")
+    inner.add_conditional_edges("agent", tools_condition)
+    inner.add_edge("tools", "agent")
+    outer = StateGraph(MessagesState)
+    outer.add_node("assistant", inner.compile())
+    outer.add_edge(START, "assistant")
+    return outer.compile(checkpointer=JournalSaver(db)), model
+
+
+SUBGRAPH_CHILD = """
+import sys
+from tests.test_adapter_langgraph_stops import THREAD, subgraph_graph
+
+graph, _ = subgraph_graph(sys.argv[1], sys.argv[2], kill=True)
+graph.invoke({"messages": [("user", "pay the bill")]}, THREAD, durability="sync")
+"""
+
+
+@pytest.fixture(scope="module")
+def killed_in_a_subgraph(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("subgraph")
+    done = run_child(SUBGRAPH_CHILD, str(root / "j.db"), str(root / "j.ledger"))
+    assert done.returncode == -signal.SIGKILL, (done.stdout, done.stderr)
+    return root / "j.db"
+
+
+@pytest.mark.parametrize("restart", ["invoke_none", "cli_recover", "j_recover_then_invoke_none", "repair"])
+def test_g9_a_tool_node_inside_a_subgraph_killed_after_paying_is_answered_and_not_run_again(
+    killed_in_a_subgraph: Path, tmp_path: Path, restart: str
+) -> None:
+    """The subgraph's checkpoint holding the model's call holds its dispatch too (its messages
+    are typed events, as the root's are), so the journal sees the interrupted call: recovery
+    answers it (MAY have run), the subgraph's head reads with the answer and its tool task run,
+    and no restart path pays again."""
+    db = _copy(killed_in_a_subgraph, tmp_path / "j.db")
+    ledger = shutil.copy(killed_in_a_subgraph.with_suffix(".ledger"), tmp_path / "ledger")
+    with journal.open(db, readonly=True) as j:
+        assert [c.call_id for c in j.scan().pending_calls] == ["call-1"]  # dispatched before it ran
+    graph, model = subgraph_graph(str(db), str(ledger))
+    if restart == "repair":
+        repair(graph, THREAD)
+    elif restart == "cli_recover":
+        _cli_recover(db)
+    if restart in ("repair", "cli_recover"):
+        graph.invoke(None, THREAD, durability="sync")
+    else:
+        RESTARTS[restart](db, graph)
+    assert [e["ref"] for e in Ledger(ledger).entries()] == ["call-1"]
+    (seen,) = model.inputs
+    assert [m.type for m in seen] == ["human", "ai", "tool"] and _one_answer_each(seen)
+    assert "MAY have run" in str(seen[-1].content)
+    final = graph.get_state(THREAD).values["messages"]
+    assert [m.type for m in final] == ["human", "ai", "tool", "ai"]
+    j = graph.checkpointer.journal
+    assert j.scan().clean and j.check() == []
+    typed = [e.type for e in j.events("t1") if not e.type.startswith("x.")]
+    assert typed == [
+        "user_message", "turn_start", "assistant_message", "tool_call", "tool_result", "turn_end", "assistant_message",
+    ]  # fmt: skip
+    graph.checkpointer.close()

@@ -97,9 +97,15 @@ crash (``update_state(..., as_node="tools")`` with a ``ToolMessage``) takes the 
 the read showed (the journal's, "MAY have run") in the checkpoint it makes, so the model gets one;
 the journal's result stays the call's result in the typed log (first write wins, G5), and yours
 is kept there as ``tool_result_late``.
-Subgraph namespaces are stored but not mirrored into typed events (their messages usually reach
-the root state), and their channels are stored whole each time a subgraph runs (a new namespace:
-no delta), so an agent run as a subgraph grows with the square of its thread.
+A subgraph's messages are typed events too (each once: the root's copy of a message a subgraph
+returned is the same event), so a tool node inside a subgraph has the same barrier, and its
+head in its namespace reads with recovery's answers as the root's does: ``invoke(None)`` after
+any recovery goes on in the subgraph without running the tool again. But the root's state holds
+none of the subgraph's messages until it returns: a new input, or a run from the root head's
+own config (LangGraph replays the subgraph from its start), hands the model the thread without
+the interrupted exchange (the journal shows it). A subgraph's channels are stored whole each
+time it runs (a new namespace: no delta), so an agent run as a subgraph grows with the square of
+its thread.
 Messages replaced or removed in LangGraph's state (same id, ``RemoveMessage``) keep their first
 form in the journal's transcript. ``prune`` and ``delete_for_runs`` hide checkpoints with an
 ``x.langgraph.delete`` event (the journal is append-only, G3): their bytes stay until
@@ -402,6 +408,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
         # (``_fold``), by (session, namespace, checkpoint id): stored with the child checkpoint
         # that still names them.
         self._folded: dict[tuple[str, str, str], dict[str, str]] = {}
+        # The threads whose subgraphs' messages this saver derived (``_held_after``).
+        self._nested: set[str] = set()
 
     def close(self) -> None:
         """Close the journal if this saver opened it."""
@@ -557,7 +565,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         checkpoint["channel_values"] = values
         parent = data.get("parent_id")
         added: builtins.list[Any] = []
-        if history is not None and ns == "":
+        if history is not None:
             writes, added = self._project(session_id, history, event, checkpoint, writes)
         found = CheckpointTuple(
             config=_config(thread_id, ns, checkpoint["id"]),
@@ -584,13 +592,13 @@ class JournalSaver(BaseCheckpointSaver[str]):
         try:
             hidden = self._hidden(session_id)
             history = _History(self.journal, session_id)
-            head = True  # no newer root checkpoint seen yet
+            head = True  # no newer checkpoint of the namespace seen yet
             for event in history:
                 found = (event.data["ns"], event.data["id"])
                 if found[0] == ns and found not in hidden and (wanted is None or found[1] == wanted):
                     writes = self._writes(session_id, history.writes_since(event)).get(found, [])
                     return self._tuple(thread_id, session_id, event, writes, history if head else None)
-                head = head and (found[0] != "" or found in hidden)
+                head = head and (found[0] != ns or found in hidden)
         except journal.SessionNotFound:
             pass
         return None, []
@@ -626,9 +634,10 @@ class JournalSaver(BaseCheckpointSaver[str]):
             if not chosen:
                 continue
             writes = self._writes(session_id, min(history.writes_since(e) for e in chosen))
-            head = self._head(session_id, history)
+            heads = {ns: self._head(session_id, history, ns) for ns in {e.data["ns"] for e in chosen}}
             for event in chosen:
                 found = writes.get((event.data["ns"], event.data["id"]), [])
+                head = heads[event.data["ns"]]
                 yield self._tuple(thread_id, session_id, event, found, history if event is head else None)[0]
             if left is not None:
                 left -= len(chosen)
@@ -642,10 +651,11 @@ class JournalSaver(BaseCheckpointSaver[str]):
         tails = [delta.read_delta(_unpack(rows[key])[1])[2] for key in keys[1:]]
         return delta.remembered(version, count, chain, _unpack(rows[keys[0]])[1], [*tails, tail], place)
 
-    def _head(self, session_id: str, history: _History) -> journal.Event | None:
-        """The thread's head: its newest root checkpoint not hidden, the one a run builds on."""
+    def _head(self, session_id: str, history: _History, ns: str = "") -> journal.Event | None:
+        """The thread's head in a namespace (the root's by default): its newest checkpoint there
+        not hidden, the one a run (of the graph, or of the subgraph) builds on."""
         hidden = self._hidden(session_id)
-        return next((e for e in history if e.data["ns"] == "" and ("", e.data["id"]) not in hidden), None)
+        return next((e for e in history if e.data["ns"] == ns and (ns, e.data["id"]) not in hidden), None)
 
     def _project(
         self,
@@ -703,7 +713,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             writes = [w for w in writes if w[0] not in ran and not (w[0] == NULL_TASK_ID and w[1] == RESUME)]
             packets = enumerate(checkpoint["channel_values"].get(TASKS) or ())
             sent = {i for i, p in packets if _task_id(checkpoint, getattr(p, "node", ""), step, push=i) in ran}
-            self._fold(session_id, checkpoint, node, sent, back_to)
+            self._fold(session_id, event.data["ns"], checkpoint, node, sent, back_to)
             return writes, added
         finished = {w[0] for w in writes if w[1] not in WRITES_IDX_MAP}
         tasks = [(task_id, answers) for task_id, answers in tasks if task_id not in finished]
@@ -714,7 +724,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         return writes, added
 
     def _fold(
-        self, session_id: str, checkpoint: dict[str, Any], node: str | None, sent: set[int], back_to: str
+        self, session_id: str, ns: str, checkpoint: dict[str, Any], node: str | None, sent: set[int], back_to: str
     ) -> None:
         """Show the stopped tool task as run in ``checkpoint`` itself (its answers are in the
         messages already): the tool ``node`` has seen its trigger, the ``Send`` packets at the
@@ -748,7 +758,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         checkpoint["channel_versions"], checkpoint["versions_seen"] = versions, seen
         if checkpoint.get("updated_channels"):  # the channels whose nodes LangGraph considers next
             checkpoint["updated_channels"] = sorted({*checkpoint["updated_channels"], *new})
-        self._folded[(session_id, "", str(checkpoint["id"]))] = new  # (heads of the root namespace)
+        self._folded[(session_id, ns, str(checkpoint["id"]))] = new
 
     def _asker(self, history: _History, event: journal.Event, index: int) -> str | None:
         """The node that asked for the calls of the ``AIMessage`` at ``index`` of the messages:
@@ -757,7 +767,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
         the tools). ``None`` when the records do not tell."""
         record = event
         while (parent_id := record.data.get("parent_id")) is not None:
-            parent = next((e for e in history if e.data["ns"] == "" and e.data["id"] == parent_id), None)
+            ns = record.data["ns"]
+            parent = next((e for e in history if e.data["ns"] == ns and e.data["id"] == parent_id), None)
             if parent is None:
                 return None
             if (parent.data.get("messages_mirrored") or [0])[0] <= index:
@@ -875,15 +886,17 @@ class JournalSaver(BaseCheckpointSaver[str]):
         many messages its checkpoint holds, all of them derived by then, for its child's put."""
         channel = self.messages_channel
         messages = values.get(channel) if channel is not None else None
-        if ns != "" or not isinstance(messages, list):
+        if not isinstance(messages, list):
             return [], {}
         if messages:
             data["messages_mirrored"] = [len(messages), _ident(messages[-1], len(messages) - 1)]
         if channel not in new_versions:
             return [], {}
-        start = self._mirrored(session_id, parent, messages)
+        start = self._mirrored(session_id, ns, parent, messages)
         if start >= len(messages):
             return [], {}
+        if ns != "":
+            self._nested.add(session_id)
         open_turn = self.journal.turn_state(session_id)
         counter = self.journal.state(session_id, keys=[_TURN_KEY]).get(_TURN_KEY) or {"turn": 0, "steps": 0}
         if open_turn is not None:
@@ -896,24 +909,37 @@ class JournalSaver(BaseCheckpointSaver[str]):
         changed = before != (turn.open, turn.number, turn.steps)
         return items, ({_TURN_KEY: {"turn": turn.number, "steps": turn.steps}} if changed else {})
 
-    def _mirrored(self, session_id: str, parent: str | None, messages: builtins.list[Any]) -> int:
+    def _mirrored(self, session_id: str, ns: str, parent: str | None, messages: builtins.list[Any]) -> int:
         """How many of ``messages`` (a prefix) the journal holds already: as the parent
         checkpoint's record says (one index seek), else up to the newest one the journal holds
         (a branch, a fork, a parent further back), found by the keys of the latest messages."""
         if parent is not None:
             for event in self.journal.events(session_id, types=[CHECKPOINT], newest_first=True, limit=16):
-                if event.data["ns"] == "" and event.data["id"] == parent:
+                if event.data["ns"] == ns and event.data["id"] == parent:
                     if "messages_mirrored" not in event.data:
-                        return 0  # the parent had no messages
+                        if ns == "":
+                            return 0  # the parent had no messages
+                        break  # a subgraph's input: the messages it was given may be held already
                     count: int
                     count, last = event.data["messages_mirrored"]
                     if 0 < count <= len(messages) and _ident(messages[count - 1], count - 1) == last:
-                        return count
+                        return self._held_after(session_id, ns, messages, count)
                     break
         wanted = {_key("lg.m", _ident(m, i)): i for i, m in enumerate(messages)}
         recent = self.journal.events(session_id, types=_SURFACE, newest_first=True, limit=256)
         found = [wanted[e.key] for e in recent if e.key in wanted]
         return max(found) + 1 if found else 0
+
+    def _held_after(self, session_id: str, ns: str, messages: builtins.list[Any], count: int) -> int:
+        """``count``, or past it when a subgraph (a namespace of the thread below this one) has
+        derived later messages of the list already, as it does for the messages it returns: up
+        to the newest message the journal holds (by its key; read only once this saver derived a
+        subgraph's messages for the thread)."""
+        if ns != "" or count >= len(messages) or session_id not in self._nested:
+            return count
+        newest = self.journal.events(session_id, types=_SURFACE, newest_first=True, limit=1)
+        later = {_key("lg.m", _ident(m, i)): i for i, m in enumerate(messages[count:], count)}
+        return later[newest[0].key] + 1 if newest and newest[0].key in later else count
 
     def put_writes(
         self,
@@ -944,7 +970,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             }
             # Special writes replace an earlier one (the reader keeps the last): no key.
             items.append((WRITE, data, None if special else _key("lg.w", ns, checkpoint_id, task_id, idx)))
-            if ns == "" and channel == self.messages_channel:
+            if channel == self.messages_channel:
                 for message in _tool_messages(value):
                     mid = getattr(message, "id", None)
                     derived.append(("tool_result", _result(message), _key("lg.m", mid) if mid else None))
