@@ -424,3 +424,12 @@ def test_repair_of_a_main_key_answers_the_calls_its_subagents_transcripts_owe(tm
             assert owed_calls(store.load_sync(each) or []) == []
         assert store.journal.scan().clean
         assert repair(store, key).recovered == ()  # idempotent
+
+
+def test_an_async_journal_is_refused_with_what_to_pass_instead(tmp_path: Path) -> None:
+    async def make() -> None:
+        async with journal.aio.open(tmp_path / "a.db") as aj:
+            with pytest.raises(journal.InvalidArgument, match=r"pass a journal\.Journal"):
+                JournalSessionStore(aj)  # type: ignore[arg-type]
+
+    asyncio.run(make())

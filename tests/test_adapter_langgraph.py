@@ -13,7 +13,7 @@ import signal
 import sqlite3
 import statistics
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Annotated, Any, TypedDict
 
 import pytest
 
@@ -28,6 +28,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode, tools_condition
 from pydantic import Field
 
@@ -509,6 +510,19 @@ def test_the_projection_puts_each_answer_right_after_its_call_and_never_drops_or
             assert m.status == "error" and "MAY have run" in m.content and m.response_metadata["journal"]["synthetic"]
 
 
+def test_a_read_answer_is_not_stored_when_its_call_is_answered_again_or_gone() -> None:
+    from journal.adapters import langgraph_projection as projection
+
+    shown = projection.tool_message("a", MAY)
+    mine = _tm("a", "refunded")
+    assert projection.superseded([HumanMessage("go", id="h"), _ai("a"), shown]) is None  # kept: it answers
+    replaced = projection.superseded([_ai("a"), shown, mine])  # a later answer of the user's replaces it
+    assert replaced is not None and [m.id for m in replaced] == ["ai-a", "tm-a"]
+    # The user removed the AIMessage after the crash: the answer the read showed has no call left.
+    orphan = projection.superseded([HumanMessage("go", id="h"), shown, HumanMessage("next", id="n")])
+    assert orphan is not None and [m.id for m in orphan] == ["h", "n"]
+
+
 # -- the messages channel stored as its delta ------------------------------------------------------------
 
 
@@ -765,3 +779,40 @@ def test_a_graph_paused_at_an_interrupt_is_resumed_by_another_process_not_recove
     with journal.open(db, readonly=True) as j:
         results = [(e.type, e.data["content"]) for e in j.events("t1") if e.type.startswith("tool_result")]
         assert results == [("tool_result", "paid 42")] and j.scan().clean
+
+
+def test_an_async_journal_is_refused_with_what_to_pass_instead(tmp_path: Path) -> None:
+    import journal.aio
+
+    async def make() -> None:
+        async with journal.aio.open(tmp_path / "a.db") as aj:
+            with pytest.raises(journal.InvalidArgument, match=r"pass a journal\.Journal"):
+                JournalSaver(aj)  # type: ignore[arg-type]
+
+    asyncio.run(make())
+
+
+class Chat(TypedDict):
+    chat: Annotated[list[BaseMessage], add_messages]
+
+
+def test_messages_kept_in_another_channel_than_the_one_named_are_warned_of_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    builder = StateGraph(Chat)
+    builder.add_node("echo", lambda state: {"chat": [AIMessage(f"echo {len(state['chat'])}")]})
+    builder.add_edge(START, "echo")
+    with JournalSaver(tmp_path / "j.db") as saver, caplog.at_level("WARNING", logger="journal.adapters.langgraph"):
+        graph = builder.compile(checkpointer=saver)
+        for text in ("one", "two"):
+            graph.invoke({"chat": [HumanMessage(text)]}, THREAD)
+        warned = [r.getMessage() for r in caplog.records if "messages_channel='chat'" in r.getMessage()]
+        assert len(warned) == 1 and "no dispatch barrier" in warned[0]
+    caplog.clear()
+    with JournalSaver(tmp_path / "k.db", messages_channel="chat") as saver:  # named: no warning, typed events
+        graph = builder.compile(checkpointer=saver)
+        graph.invoke({"chat": [HumanMessage("one")]}, THREAD)
+        assert not [r for r in caplog.records if "messages_channel" in r.getMessage()]
+        assert [e.type for e in saver.journal.events("t1") if not e.type.startswith("x.")] == [
+            "user_message", "assistant_message",
+        ]  # fmt: skip

@@ -27,3 +27,18 @@ def require(module: str, extra: str) -> None:
         raise ImportError(
             f"this adapter needs {module!r}: install it with  python -m pip install 'agent-journal[{extra}]'"
         ) from exc
+
+
+def refuse_async_journal(target: object) -> None:
+    """For an adapter that drives a ``journal.Journal`` (its async methods run the sync ones in a
+    worker thread): an ``AsyncJournal``'s writes belong to its event loop, so it is refused with
+    an error that says what to pass instead."""
+    from journal.aio import AsyncJournal
+    from journal.errors import InvalidArgument
+
+    if isinstance(target, AsyncJournal):
+        raise InvalidArgument(
+            "path_or_journal",
+            "an AsyncJournal's writes belong to its event loop: pass a journal.Journal, a path or a DSN "
+            "(this adapter's async methods run in a worker thread)",
+        )

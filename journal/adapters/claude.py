@@ -109,7 +109,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from journal.adapters import require
+from journal.adapters import refuse_async_journal, require
 
 require("claude_agent_sdk", "claude")
 
@@ -611,6 +611,7 @@ class JournalSessionStore(SessionStore):
     be used from any event loop; several processes may share the file."""
 
     def __init__(self, path_or_journal: str | os.PathLike[str] | journal.Journal, **options: Any) -> None:
+        refuse_async_journal(path_or_journal)
         if isinstance(path_or_journal, journal.Journal):
             if options:
                 raise TypeError("options apply when the store opens the journal itself, not to an open Journal")

@@ -132,7 +132,7 @@ from typing import Any
 
 import attrs
 
-from journal.adapters import require
+from journal.adapters import refuse_async_journal, require
 
 require("langgraph.checkpoint.base", "langgraph")
 
@@ -395,6 +395,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         messages_channel: str | None = "messages",
     ) -> None:
         super().__init__(serde=serde)
+        refuse_async_journal(path_or_journal)
         if isinstance(path_or_journal, journal.Journal):
             self.journal, self._owned = path_or_journal, False
         else:
@@ -410,6 +411,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         self._folded: dict[tuple[str, str, str], dict[str, str]] = {}
         # The threads whose subgraphs' messages this saver derived (``_held_after``).
         self._nested: set[str] = set()
+        self._warned: set[str] = set()  # channels of messages named in a warning (``_warn_elsewhere``)
 
     def close(self) -> None:
         """Close the journal if this saver opened it."""
@@ -830,6 +832,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
         data.update(self._field("metadata", get_serializable_checkpoint_metadata(config, metadata)))
         values = checkpoint["channel_values"]
         channel = self.messages_channel
+        if channel is not None and channel not in checkpoint["channel_versions"] and values:
+            self._warn_elsewhere(values)
         if channel is not None and isinstance(values.get(channel), builtins.list):
             kept = projection.superseded(values[channel])
             if kept is not None:  # an answer given after the one a read showed: it replaces it
@@ -866,6 +870,22 @@ class JournalSaver(BaseCheckpointSaver[str]):
             else:
                 self._lists[where] = stored
         return _config(thread_id, ns, checkpoint["id"])
+
+    def _warn_elsewhere(self, values: dict[str, Any]) -> None:
+        """Warn once when the graph keeps its messages in another channel than the one named:
+        they get no typed events, so no dispatch barrier and no recovery is shown."""
+        for name, value in values.items():
+            if name in self._warned or not isinstance(value, builtins.list) or not value:
+                continue
+            if all(getattr(m, "type", None) in ("human", "ai", "tool", "system", "AIMessageChunk") for m in value):
+                self._warned.add(name)
+                log.warning(
+                    "journal: the graph keeps its messages in channel %r, not %r: its tool calls get no "
+                    "dispatch barrier and no recovery; pass JournalSaver(..., messages_channel=%r)",
+                    name,
+                    self.messages_channel,
+                    name,
+                )
 
     def _field(self, name: str, value: Any) -> dict[str, Any]:
         """``{name: value}`` when the value is plain JSON (readable in ``journal show``), else

@@ -91,7 +91,8 @@ def answer(
 def superseded(messages: Sequence[Any]) -> list[Any] | None:
     """``messages`` without an answer a read showed from the journal (``ANSWER_ID``) that a
     later ``ToolMessage`` for the same call replaces (an answer given after a crash, say by
-    ``update_state``): ``None`` when there is none."""
+    ``update_state``), or whose call no ``AIMessage`` before it asks any more (the user removed
+    that message): ``None`` when there is none."""
     later: set[str] = set()
     dropped: set[int] = set()
     for index in range(len(messages) - 1, -1, -1):
@@ -102,6 +103,14 @@ def superseded(messages: Sequence[Any]) -> list[Any] | None:
         if str(getattr(message, "id", None)) == ANSWER_ID + call_id and call_id in later:
             dropped.add(index)
         later.add(call_id)
+    asked: set[str] = set()
+    for index, message in enumerate(messages):
+        if getattr(message, "type", None) in ("ai", "AIMessageChunk"):
+            asked.update(str(c.get("id")) for c in getattr(message, "tool_calls", None) or ())
+        elif getattr(message, "type", None) == "tool":
+            call_id = str(getattr(message, "tool_call_id", None))
+            if str(getattr(message, "id", None)) == ANSWER_ID + call_id and call_id not in asked:
+                dropped.add(index)
     return [m for i, m in enumerate(messages) if i not in dropped] if dropped else None
 
 
