@@ -352,14 +352,16 @@ def test_the_harness_refuses_an_orphan_tool_use_as_the_provider_does_and_the_mod
     assert scripted_model(conversation([prompt, use, result]))["type"] == "text"
 
 
-@pytest.mark.parametrize("written_back", [False, True])
+@pytest.mark.parametrize("late", ["result", "written_back", "with_reply"])
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_g5_a_real_result_mirrored_after_recovery_is_late_evidence_and_the_resumed_chain_keeps_its_answer(
-    backend: str, written_back: bool, tmp_path: Path, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+    backend: str, late: str, tmp_path: Path, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Killed after the tool returned, before the mirror sent its result; recovery answered the
     # call (MAY have run) and the session resumed from that answer. Then the mirror catches up
-    # (``import_session_to_store`` from Claude's local file): the real result arrives late.
+    # (``import_session_to_store`` from Claude's local file): the real result arrives late --
+    # alone, after Claude Code wrote back the answer it resumed from, or with the reply Claude
+    # Code chained to it (which then follows the answer shown).
     cwd = tmp_path / "shop"
     project = project_key_for_directory(str(cwd))
     key = {"project_key": project, "session_id": SID}
@@ -378,19 +380,21 @@ def test_g5_a_real_result_mirrored_after_recovery_is_late_evidence_and_the_resum
             repair(store, key)
             shown = store.load_sync(key)
             assert shown is not None
-            if written_back:  # Claude Code wrote back the answer it resumed from: stored once
+            if late == "written_back":  # Claude Code wrote back the answer it resumed from: stored once
                 store.append_sync(key, [e for e in shown if e["uuid"] not in {t["uuid"] for t in turn}])
             asyncio.run(resume(store, project, cwd, Ledger(tmp_path / "ledger.jsonl"), "late"))
-            store.append_sync(key, [turn[2]])  # the real result, late
+            store.append_sync(key, [turn[2], turn[3]] if late == "with_reply" else [turn[2]])  # the real result
             after = store.load_sync(key)
             assert after is not None and after[: len(shown)] == shown  # every read shows the same answer
             uuids = {e["uuid"] for e in after}
             assert all(e["parentUuid"] is None or e["parentUuid"] in uuids for e in after)  # one chain, no gap
+            assert turn[2]["uuid"] not in uuids
             messages = conversation(after)
             provider_accepts(messages)
             results = [b for m in messages for b in m["content"] if b["type"] == "tool_result"]
             assert len(results) == 1 and MARKER in str(results[0]["content"])
-            assert messages[-1]["content"][0]["text"].startswith("Invoice 7 was handled")  # the resumed exchange
+            last = messages[-1]["content"][0]["text"]  # the newest leaf: the resumed exchange, or the reply
+            assert last.startswith("Invoice 7 is paid" if late == "with_reply" else "Invoice 7 was handled")
             # The typed log agrees: recovery's answer is the result, the real one late evidence.
             typed = [e for e in store.journal.events(journal_session_id(key)) if e.type.startswith("tool_result")]
             assert [e.type for e in typed] == ["tool_result", "tool_result_late"]

@@ -143,6 +143,7 @@ from journal.adapters.claude_entries import (
     project,
     result_only,
     unfold,
+    without_late,
 )
 from journal.adapters.repaired import Repaired
 from journal.errors import (
@@ -747,7 +748,7 @@ class JournalSessionStore(SessionStore):
         results = self._results(sid, [*owed_calls(entries), *(c for calls in answering.values() for c in calls)])
         late = late_answers(sid, entries, answering, results)
         if late:  # a real result after recovery answered the call: the typed log's late evidence
-            entries = [entry for i, entry in enumerate(entries) if i not in late]
+            entries = without_late(sid, entries, late, answering)
         return cast("list[SessionStoreEntry]", project(sid, entries, results))
 
     def _recover_dead(self, sid: str) -> None:

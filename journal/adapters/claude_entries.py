@@ -459,14 +459,31 @@ def late_answers(
     it is not that answer written back. The transcript keeps the answer the model was shown, so
     the session resumed from it stays one chain with one answer per call; the late result stays
     in the typed log, as evidence (``journal show``)."""
+    asked = {call: index for index, entry in enumerate(entries) for call in _uses(entry)}
     late: set[int] = set()
     for index, calls in answering.items():
         ours = {answer_uuid(session_id, call) for call in calls}
         if entries[index].get("uuid") in ours:
             continue
-        if all(call in results and _synthetic(results[call]) for call in calls):
+        # After its call (one stored before it is no answer to a call recovery saw owed).
+        if all(call in results and _synthetic(results[call]) and asked.get(call, index) < index for call in calls):
             late.add(index)
     return late
+
+
+def without_late(session_id: str, entries: list[Any], late: set[int], answering: dict[int, list[str]]) -> list[Any]:
+    """``entries`` without the ``late`` ones (pure): an entry chained to a late one follows the
+    answer shown for that call instead (copies; the stored entries are never changed), so the
+    chain has no gap."""
+    moved = {entries[i].get("uuid"): answer_uuid(session_id, answering[i][-1]) for i in late}
+    out: list[Any] = []
+    for index, entry in enumerate(entries):
+        if index in late:
+            continue
+        if isinstance(entry, dict) and entry.get("parentUuid") in moved:
+            entry = {**entry, "parentUuid": moved[entry["parentUuid"]]}
+        out.append(entry)
+    return out
 
 
 def _synthetic(result: Event) -> bool:
