@@ -196,6 +196,32 @@ def test_g9_a_tool_that_raised_after_paying_is_answered_and_not_run_again(
     graph.checkpointer.close()
 
 
+def test_g9_the_recovered_head_reads_the_same_by_its_id_once_the_thread_moved_on_and_a_replay_pays_nothing(
+    stopped: dict[str, Path], tmp_path: Path
+) -> None:
+    """The head a user saw after the crash (its tool task shown run, ``next`` the model) reads the
+    same by its id after the thread went on from it -- in ``get_state`` and in the history -- so
+    replaying it later does not run the paid tool again (it read as stored, the call unanswered)."""
+    db = _copy(stopped["raised"], tmp_path / "j.db")
+    ledger = shutil.copy(stopped["raised"].with_suffix(".ledger"), tmp_path / "ledger")
+    graph, model = stopping_graph(str(db), str(ledger), "plain")
+    seen = graph.get_state(THREAD)
+    assert seen.next == ("agent",)
+    graph.invoke(None, THREAD, durability="sync")  # the thread moves on from it
+    again = graph.get_state(seen.config)
+    assert (again.next, again.values) == (seen.next, seen.values)
+    (listed,) = [
+        s
+        for s in graph.get_state_history(THREAD)
+        if s.config["configurable"]["checkpoint_id"] == seen.config["configurable"]["checkpoint_id"]
+    ]
+    assert (listed.next, listed.values) == (seen.next, seen.values)
+    graph.invoke(None, seen.config, durability="sync")  # a replay of it, later
+    assert [e["cents"] for e in Ledger(ledger).entries()] == [4200]
+    assert all(_one_answer_each(sent) for sent in model.inputs)
+    graph.checkpointer.close()
+
+
 def test_the_first_read_of_a_crashed_thread_by_list_shows_what_get_state_shows(
     stopped: dict[str, Path], tmp_path: Path
 ) -> None:

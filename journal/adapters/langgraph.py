@@ -103,7 +103,10 @@ head in its namespace reads with recovery's answers as the root's does: ``invoke
 any recovery goes on in the subgraph without running the tool again. But the root's state holds
 none of the subgraph's messages until it returns: a new input, or a run from the root head's
 own config (LangGraph replays the subgraph from its start), hands the model the thread without
-the interrupted exchange (the journal shows it). A subgraph's channels are stored whole each
+the interrupted exchange (the journal shows it): a model that asks for the call again pays again.
+A tool task that finished and wrote state of its own besides its answers (``Command(update=...)``)
+is not shown run in the head: its writes are left for LangGraph to apply, which ``invoke(None)``
+does, but a run from the head's own config replays the task. A subgraph's channels are stored whole each
 time it runs (a new namespace: no delta), so an agent run as a subgraph grows with the square of
 its thread.
 Messages replaced or removed in LangGraph's state (same id, ``RemoveMessage``) keep their first
@@ -595,12 +598,16 @@ class JournalSaver(BaseCheckpointSaver[str]):
             hidden = self._hidden(session_id)
             history = _History(self.journal, session_id)
             head = True  # no newer checkpoint of the namespace seen yet
+            folded: set[tuple[str, str]] = set()  # checkpoints a child was built on folded
             for event in history:
                 found = (event.data["ns"], event.data["id"])
                 if found[0] == ns and found not in hidden and (wanted is None or found[1] == wanted):
                     writes = self._writes(session_id, history.writes_since(event)).get(found, [])
-                    return self._tuple(thread_id, session_id, event, writes, history if head else None)
+                    shown = head or found in folded
+                    return self._tuple(thread_id, session_id, event, writes, history if shown else None)
                 head = head and (found[0] != ns or found in hidden)
+                if event.data.get("folded_parent") and event.data.get("parent_id"):
+                    folded.add((found[0], event.data["parent_id"]))
         except journal.SessionNotFound:
             pass
         return None, []
@@ -637,10 +644,16 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 continue
             writes = self._writes(session_id, min(history.writes_since(e) for e in chosen))
             heads = {ns: self._head(session_id, history, ns) for ns in {e.data["ns"] for e in chosen}}
+            folded = set()  # checkpoints a child was built on folded (children are newer: read down to the last chosen)
+            for e in history:
+                if e.data.get("folded_parent"):
+                    folded.add((e.data["ns"], e.data["parent_id"]))
+                if e is chosen[-1]:
+                    break
             for event in chosen:
                 found = writes.get((event.data["ns"], event.data["id"]), [])
-                head = heads[event.data["ns"]]
-                yield self._tuple(thread_id, session_id, event, found, history if event is head else None)[0]
+                shown = event is heads[event.data["ns"]] or (event.data["ns"], event.data["id"]) in folded
+                yield self._tuple(thread_id, session_id, event, found, history if shown else None)[0]
             if left is not None:
                 left -= len(chosen)
 
@@ -849,7 +862,10 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 where = (session_id, ns, channel)
                 row, lists[where] = delta.extend(self._lists.get(where), str(version), typed[0], bytes(typed[1]))
             state[_value_key(ns, channel, version)] = _pack((delta.KIND, row) if row is not None else typed)
-        for channel, version in self._folded.get((session_id, ns, str(parent)), {}).items():
+        folded = self._folded.get((session_id, ns, str(parent)))
+        if folded is not None:
+            data["folded_parent"] = True  # the parent reads folded at every read (``_get``, ``list``)
+        for channel, version in (folded or {}).items():
             # A version a read made (``_fold``) that this child still names: stored with it.
             named = checkpoint["channel_versions"].get(channel) == version
             if named and channel not in new_versions and channel in values:
