@@ -286,18 +286,24 @@ def restart(path: str, target: str, key: dict[str, Any], capsys: pytest.CaptureF
         capsys.readouterr()
 
 
+def scene(tmp_path: Path) -> tuple[Path, str, dict[str, Any], list[dict[str, Any]]]:
+    """Claude's working directory, its project key, the session's key, and the turn the child
+    plays (written where the child reads it)."""
+    cwd = tmp_path / "shop"
+    project = project_key_for_directory(str(cwd))
+    turn = first_turn()
+    (tmp_path / "turn.json").write_text(json.dumps(turn))
+    return cwd, project, {"project_key": project, "session_id": SID}, turn
+
+
 @pytest.mark.long  # seconds a cell: run first (tests/conftest.py)
 @pytest.mark.parametrize("point", KILL_POINTS)
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_g9_after_a_kill_any_recovery_path_gives_the_sdk_an_answered_transcript_and_nothing_is_paid_twice(
     backend: str, point: str, tmp_path: Path, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cwd = tmp_path / "shop"
-    project = project_key_for_directory(str(cwd))
-    key = {"project_key": project, "session_id": SID}
+    cwd, project, key, _turn = scene(tmp_path)
     sid = journal_session_id(key)
-    turn = first_turn()
-    (tmp_path / "turn.json").write_text(json.dumps(turn))
     with copies(backend, tmp_path, request) as (target, copy):
         with JournalSessionStore(target):
             pass  # the journal exists before Claude's stand-in opens it
@@ -362,11 +368,7 @@ def test_g5_a_real_result_mirrored_after_recovery_is_late_evidence_and_the_resum
     # (``import_session_to_store`` from Claude's local file): the real result arrives late --
     # alone, after Claude Code wrote back the answer it resumed from, or with the reply Claude
     # Code chained to it (which then follows the answer shown).
-    cwd = tmp_path / "shop"
-    project = project_key_for_directory(str(cwd))
-    key = {"project_key": project, "session_id": SID}
-    turn = first_turn()
-    (tmp_path / "turn.json").write_text(json.dumps(turn))
+    cwd, project, key, turn = scene(tmp_path)
     with copies(backend, tmp_path, request) as (target, _copy):
         with JournalSessionStore(target):
             pass
