@@ -98,17 +98,16 @@ the read showed (the journal's, "MAY have run") in the checkpoint it makes, so t
 the journal's result stays the call's result in the typed log (first write wins, G5), and yours
 is kept there as ``tool_result_late``.
 A subgraph's messages are typed events too (each once: the root's copy of a message a subgraph
-returned is the same event), so a tool node inside a subgraph has the same barrier, and its
-head in its namespace reads with recovery's answers as the root's does: ``invoke(None)`` after
-any recovery goes on in the subgraph without running the tool again. But the root's state holds
-none of the subgraph's messages until it returns: a new input, or a run from the root head's
-own config (LangGraph replays the subgraph from its start), hands the model the thread without
-the interrupted exchange (the journal shows it): a model that asks for the call again pays again.
-A tool task that finished and wrote state of its own besides its answers (``Command(update=...)``)
-is not shown run in the head: its writes are left for LangGraph to apply, which ``invoke(None)``
-does, but a run from the head's own config replays the task. A subgraph's channels are stored whole each
-time it runs (a new namespace: no delta), so an agent run as a subgraph grows with the square of
-its thread.
+returned is the same event), so a tool node inside a subgraph has the same barrier, and its head in
+its namespace reads with recovery's answers as the root's does: ``invoke(None)`` after any recovery
+goes on in the subgraph without running the tool again. But the root's state holds none of the
+subgraph's messages until it returns: a new input, or a run from the root head's own config
+(LangGraph replays the subgraph from its start), hands the model the thread without the interrupted
+exchange (the journal shows it): a model that asks for the call again pays again. A tool task that
+finished and wrote state of its own besides its answers (``Command(update=...)``) is not shown run
+in the head: its writes are left for LangGraph to apply, which ``invoke(None)`` does, but a run from
+the head's own config replays the task. A subgraph's channels are stored whole each time it runs (a
+new namespace: no delta), so an agent run as a subgraph grows with the square of its thread.
 Messages replaced or removed in LangGraph's state (same id, ``RemoveMessage``) keep their first
 form in the journal's transcript. ``prune`` and ``delete_for_runs`` hide checkpoints with an
 ``x.langgraph.delete`` event (the journal is append-only, G3): their bytes stay until
@@ -408,7 +407,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         # The last version of each thread's messages list this saver stored or read, by
         # (session, namespace, channel): the base its next version is stored as a delta of.
         self._lists: dict[tuple[str, str, str], delta.Stored] = {}
-        # The channel versions a read made when it showed a stopped tool task finished
+        # The channel versions a read made when it showed the tool tasks run in a checkpoint
         # (``_fold``), by (session, namespace, checkpoint id): stored with the child checkpoint
         # that still names them.
         self._folded: dict[tuple[str, str, str], dict[str, str]] = {}
@@ -644,7 +643,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 continue
             writes = self._writes(session_id, min(history.writes_since(e) for e in chosen))
             heads = {ns: self._head(session_id, history, ns) for ns in {e.data["ns"] for e in chosen}}
-            folded = set()  # checkpoints a child was built on folded (children are newer: read down to the last chosen)
+            folded = set()  # checkpoints a child was built on folded: the children are newer
             for e in history:
                 if e.data.get("folded_parent"):
                     folded.add((e.data["ns"], e.data["parent_id"]))
@@ -741,8 +740,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
     def _fold(
         self, session_id: str, ns: str, checkpoint: dict[str, Any], node: str | None, sent: set[int], back_to: str
     ) -> None:
-        """Show the stopped tool task as run in ``checkpoint`` itself (its answers are in the
-        messages already): the tool ``node`` has seen its trigger, the ``Send`` packets at the
+        """Show the tool tasks as run in ``checkpoint`` itself (their answers are in the messages
+        already): the tool ``node`` has seen its trigger, the ``Send`` packets at the
         places ``sent`` are consumed, and the edge back to the node that asked holds a value. So
         the head reads as the step after the tools (``next`` is the asking node) with no pending
         task, and a run from it -- ``invoke(None)``, a new input, or the head's own config, which
