@@ -518,6 +518,8 @@ def test_a_read_answer_is_not_stored_when_its_call_is_answered_again_or_gone() -
     assert projection.superseded([HumanMessage("go", id="h"), _ai("a"), shown]) is None  # kept: it answers
     replaced = projection.superseded([_ai("a"), shown, mine])  # a later answer of the user's replaces it
     assert replaced is not None and [m.id for m in replaced] == ["ai-a", "tm-a"]
+    misplaced = [_ai("a"), shown, AIMessage("done", id="later"), mine]  # an answer after a later message
+    assert projection.superseded(misplaced) is None  # replaces nothing: the one in place stays
     # The user removed the AIMessage after the crash: the answer the read showed has no call left.
     orphan = projection.superseded([HumanMessage("go", id="h"), shown, HumanMessage("next", id="n")])
     assert orphan is not None and [m.id for m in orphan] == ["h", "n"]

@@ -123,6 +123,12 @@ def _one_answer_each(seen: list[BaseMessage]) -> bool:
     return sorted(asked) == sorted(answered)
 
 
+def _newest_config(db: Path) -> dict[str, Any]:
+    with journal.open(db, readonly=True) as j:
+        (newest,) = j.events("t1", types=["x.langgraph.checkpoint"], newest_first=True, limit=1)
+    return {"configurable": {"thread_id": "t1", "checkpoint_id": newest.data["id"]}}
+
+
 def _cli_recover(db: Path) -> None:
     result = CliRunner().invoke(main, ["recover", "--db", str(db)])
     assert result.exit_code == 0, result.output
@@ -138,6 +144,9 @@ RESTARTS: dict[str, Callable[[Path, Any], Any]] = {
     # The head's own config (it names the checkpoint): LangGraph replays from it, running again
     # any task still pending there, whatever writes it stored.
     "head_config": lambda db, g: g.invoke(None, g.get_state(THREAD).config, durability="sync"),
+    # The head's id as a stream of checkpoints gave it before the crash: no read of the thread
+    # comes first (that read would recover the dead turn).
+    "head_id_first": lambda db, g: g.invoke(None, _newest_config(db), durability="sync"),
     "cli_recover_then_head_config": lambda db, g: (_cli_recover(db), g.invoke(None, g.get_state(THREAD).config)),
 }
 
@@ -179,7 +188,7 @@ def test_g8_a_paused_run_recovered_reads_the_same_whichever_recovery_ran(
     graph.checkpointer.close()
 
 
-@pytest.mark.parametrize("restart", ["invoke_none", "j_recover_then_invoke_none", "head_config"])
+@pytest.mark.parametrize("restart", ["invoke_none", "j_recover_then_invoke_none", "head_config", "head_id_first"])
 def test_g9_a_tool_that_raised_after_paying_is_answered_and_not_run_again(
     stopped: dict[str, Path], tmp_path: Path, restart: str
 ) -> None:

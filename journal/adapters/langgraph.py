@@ -591,8 +591,10 @@ class JournalSaver(BaseCheckpointSaver[str]):
         thread_id, ns = str(configurable["thread_id"]), configurable.get("checkpoint_ns", "")
         wanted = get_checkpoint_id(config)
         session_id = session_id_for(thread_id)
-        if wanted is None and ns == "":
-            self._recover_dead(session_id)  # the head, what the next run builds on
+        if ns == "":
+            # Any read of the thread, of its head or of a checkpoint named by id (a run from the
+            # head's own config), recovers a dead process's turn first, as ``list`` does.
+            self._recover_dead(session_id)
         try:
             hidden = self._hidden(session_id)
             history = _History(self.journal, session_id)

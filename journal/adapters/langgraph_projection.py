@@ -89,15 +89,16 @@ def answer(
 
 
 def superseded(messages: Sequence[Any]) -> list[Any] | None:
-    """``messages`` without an answer a read showed from the journal (``ANSWER_ID``) that a
-    later ``ToolMessage`` for the same call replaces (an answer given after a crash, say by
-    ``update_state``), or whose call no ``AIMessage`` before it asks any more (the user removed
-    that message): ``None`` when there is none."""
-    later: set[str] = set()
+    """``messages`` without an answer a read showed from the journal (``ANSWER_ID``) that a later
+    ``ToolMessage`` for the same call replaces (an answer given after a crash, say by
+    ``update_state``, in the same run of answers after the call), or whose call no ``AIMessage``
+    before it asks any more (the user removed that message): ``None`` when there is none."""
+    later: set[str] = set()  # the calls answered later in the same run of answers
     dropped: set[int] = set()
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
         if getattr(message, "type", None) != "tool":
+            later.clear()  # an answer after a later message answers nothing here
             continue
         call_id = str(getattr(message, "tool_call_id", None))
         if str(getattr(message, "id", None)) == ANSWER_ID + call_id and call_id in later:
