@@ -94,16 +94,17 @@ What it cannot do, honestly:
   that paused, or through ``journal_run``. Another process takes the paused turn over only once
   the pausing one is gone (``TurnHeld`` while it may still run): a server whose workers resume
   each other's runs should pause through ``journal_run``, which closes the paused turn.
-- Approvals and crashes, three cases recovery cannot tell apart from what it reads:
-  a run paused by ``Runner.run`` with the hooks whose process then died reads as a crash before
-  the tools (a recovery that runs before the resume, ``journal_run``'s own repair included,
-  answers its waiting calls "did not run"; the approved resume is then refused with the hooks,
-  and without them the tool runs and its real result is kept after that answer as late
-  evidence; new hooks on a resume that nothing recovered first take the turn over); a ``RunState`` saved before a crash is stale (its
-  approved calls run again when it is resumed: with the hooks the dispatch is refused, as the
-  call was dispatched; without them it pays again): after a crash start a new run on the
-  session, whose items show the call answered; and a call a human rejected, in a run killed
-  before the SDK saved the rejection, stays unanswered (``Repaired.unanswered`` names it).
+- Approvals and crashes, three cases recovery cannot tell apart from what it reads: a run paused
+  by ``Runner.run`` with the hooks whose process then died reads as a crash before the tools (a
+  recovery that runs before the resume, ``journal_run``'s own repair included, answers its
+  waiting calls "did not run"; the approved resume is then refused with the hooks, and without
+  them the tool runs and its real result is kept after that answer as late evidence; new hooks
+  on a resume that nothing recovered first take the turn over); a ``RunState`` saved before a
+  crash is stale (its approved calls run again when it is resumed: with the hooks the dispatch
+  is refused, as the call was dispatched; without them it pays again): after a crash start a new
+  run on the session, whose items show the call answered; and a call a human rejected, in a run
+  killed before the SDK saved the rejection, stays unanswered (``Repaired.unanswered`` names
+  it).
 - ``pop_item`` writes its marker and its ``retract`` in two transactions (the engine's
   ``retract`` is a call of its own); a crash between them leaves the item popped for the
   framework and still visible in the messages view. Popping a projected item hides it from the
