@@ -403,7 +403,7 @@ def test_g5_a_real_result_mirrored_after_recovery_is_late_evidence_and_the_resum
             assert typed[1].data["content"] == "paid"
 
 
-def test_repair_of_a_main_key_answers_the_calls_its_subagents_transcripts_owe(tmp_path: Path) -> None:
+def test_g8_repair_of_a_main_key_answers_the_calls_its_subagents_transcripts_owe(tmp_path: Path) -> None:
     # The host lives on; the Claude Code process died inside a subagent's tool: both transcripts
     # hold an open turn. ``repair`` of the main key covers the subagent's, as ``delete`` does.
     key = {"project_key": "-home-ada-shop", "session_id": SID}
@@ -432,7 +432,7 @@ def test_repair_of_a_main_key_answers_the_calls_its_subagents_transcripts_owe(tm
         assert repair(store, key).recovered == ()  # idempotent
 
 
-def test_an_async_journal_is_refused_with_what_to_pass_instead(tmp_path: Path) -> None:
+def test_g12_an_async_journal_is_refused_with_what_to_pass_instead(tmp_path: Path) -> None:
     async def make() -> None:
         async with journal.aio.open(tmp_path / "a.db") as aj:
             with pytest.raises(journal.InvalidArgument, match=r"pass a journal\.Journal"):

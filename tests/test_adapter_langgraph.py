@@ -783,7 +783,7 @@ def test_a_graph_paused_at_an_interrupt_is_resumed_by_another_process_not_recove
         assert results == [("tool_result", "paid 42")] and j.scan().clean
 
 
-def test_an_async_journal_is_refused_with_what_to_pass_instead(tmp_path: Path) -> None:
+def test_g12_an_async_journal_is_refused_with_what_to_pass_instead(tmp_path: Path) -> None:
     import journal.aio
 
     async def make() -> None:

@@ -507,7 +507,7 @@ def killed_in_a_subgraph(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("restart", ["invoke_none", "cli_recover", "j_recover_then_invoke_none", "repair"])
-def test_g9_a_tool_node_inside_a_subgraph_killed_after_paying_is_answered_and_not_run_again(
+def test_g6_g9_a_tool_node_inside_a_subgraph_killed_after_paying_is_answered_and_not_run_again(
     killed_in_a_subgraph: Path, tmp_path: Path, restart: str
 ) -> None:
     """The subgraph's checkpoint holding the model's call holds its dispatch too (its messages

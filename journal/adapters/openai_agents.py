@@ -308,9 +308,7 @@ class JournalSession:
         if wanted == 0:
             return []
         try:
-            hooks = self._hooks
-            if hooks is None or hooks._turn is None:  # no run of these hooks is going on
-                await self._recover_dead()
+            await self._recover_dead()
             if wanted is None or wanted < 0:  # every item: the common read, kept as cheap as a fold
                 return await self._call.run(self._all_items)
             view = await self._view(wanted)
@@ -322,7 +320,11 @@ class JournalSession:
         """Recover the session's open turn when the process that drove it is gone (a crash), so
         the items read next — by any run, with the hooks or without — show each call it dispatched
         answered (MAY have run) instead of hiding it. A live process's turn, another host's, or
-        one with no recorded owner is left alone (``repair`` answers it)."""
+        one with no recorded owner is left alone (``repair`` answers it); so is the session while
+        a run of its own hooks goes on."""
+        hooks = self._hooks
+        if hooks is not None and hooks._turn is not None:
+            return
         open_turn = await self._call("turn_state", self.journal_id)
         if open_turn is not None and owner_is_dead(open_turn.owner) and not self.journal.readonly:
             await self._call("recover", self.journal_id)
@@ -360,9 +362,7 @@ class JournalSession:
         as that read recovers it."""
         for _ in range(_CAS_TRIES):
             try:
-                hooks = self._hooks
-                if hooks is None or hooks._turn is None:  # no run of these hooks is going on
-                    await self._recover_dead()
+                await self._recover_dead()
                 count = await self._call("count", self.journal_id)
             except SessionNotFound:
                 return None
