@@ -6,6 +6,7 @@ the framework's view a projection)."""
 
 from __future__ import annotations
 
+import operator
 import os
 import shutil
 import signal
@@ -13,16 +14,16 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 
 pytest.importorskip("langgraph.checkpoint.base", reason="the langgraph extra is not installed")
 
 from click.testing import CliRunner
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.tools import tool
+from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, create_react_agent, tools_condition
 from langgraph.types import Command, interrupt
@@ -539,4 +540,102 @@ def test_g6_g9_a_tool_node_inside_a_subgraph_killed_after_paying_is_answered_and
     assert typed == [
         "user_message", "turn_start", "assistant_message", "tool_call", "tool_result", "turn_end", "assistant_message",
     ]  # fmt: skip
+    graph.checkpointer.close()
+
+
+# -- a tool that wrote state of its own (``Command(update=...)``) ---------------------------------------
+
+
+class Paid(MessagesState):
+    paid_total: Annotated[int, operator.add]
+    receipts: Annotated[list[str], operator.add]
+    audits: Annotated[list[str], operator.add]
+
+
+class DiesOnceWritten(JournalSaver):
+    """Dies right after LangGraph stored a tool task's writes, before the step's checkpoint."""
+
+    def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+        super().put_writes(config, writes, task_id, task_path)
+        if any(channel == "receipts" and value for channel, value in writes):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def command_graph(db: str, ledger_path: str, *, kill: bool = False) -> tuple[Any, OneCall]:
+    """An agent -> tools loop whose ``pay`` returns ``Command(update=..., goto=...)``: its answer,
+    the amount and receipt it adds to state keys of its own, and the ``audit`` node to run next
+    (beside the agent, which the tools' edge names)."""
+    ledger, model = Ledger(ledger_path), OneCall()
+
+    @tool
+    def pay(cents: int, ref: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command:  # type: ignore[type-arg]
+        """Pay an amount, in cents, once per ref."""
+        ledger.record(ref=ref)
+        answer = ToolMessage(f"paid {cents}", tool_call_id=tool_call_id)
+        return Command(update={"messages": [answer], "paid_total": cents, "receipts": [ref]}, goto="audit")
+
+    builder = StateGraph(Paid)
+    builder.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
+    builder.add_node("tools", ToolNode([pay]))
+    builder.add_node("audit", lambda state: {"audits": [state["receipts"][-1]]})
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=(DiesOnceWritten if kill else JournalSaver)(db)), model
+
+
+COMMAND_CHILD = """
+import sys
+from tests.test_adapter_langgraph_stops import THREAD, command_graph
+
+graph, _ = command_graph(sys.argv[1], sys.argv[2], kill=True)
+graph.invoke(
+    {"messages": [("user", "pay the bill")], "paid_total": 0, "receipts": [], "audits": []}, THREAD, durability="sync"
+)
+"""
+
+
+@pytest.fixture(scope="module")
+def killed_after_a_command(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("command")
+    done = run_child(COMMAND_CHILD, str(root / "j.db"), str(root / "j.ledger"))
+    assert done.returncode == -signal.SIGKILL, (done.stdout, done.stderr)
+    return root / "j.db"
+
+
+@pytest.mark.parametrize(
+    "restart", ["invoke_none", "head_config", "head_id_first", "cli_recover_then_head_config", "repair", "new_input"]
+)
+def test_g9_a_tool_whose_command_was_stored_keeps_its_state_and_is_not_run_again(
+    killed_after_a_command: Path, tmp_path: Path, restart: str
+) -> None:
+    """The tool paid and returned ``Command(update=..., goto=...)``; its process died once
+    LangGraph stored the task's writes, before the step's checkpoint. The head reads with the
+    tool's answer in the messages and its own writes applied before the next step: ``repair``
+    keeps its state and its ``goto`` (it stored a checkpoint without them), a replay from the
+    head's own config runs nothing again (it ran the tool again and handed the model two
+    answers), and the model gets one answer."""
+    db = _copy(killed_after_a_command, tmp_path / "j.db")
+    ledger = shutil.copy(killed_after_a_command.with_suffix(".ledger"), tmp_path / "ledger")
+    graph, model = command_graph(str(db), str(ledger))
+    shown = graph.get_state(THREAD)
+    assert shown.next == ("agent",) and (shown.values["paid_total"], shown.values["receipts"]) == (4200, ["call-1"])
+    if restart == "repair":
+        repair(graph, THREAD)
+        graph.invoke(None, THREAD, durability="sync")
+    elif restart == "new_input":
+        graph.invoke({"messages": [("user", "did it go through?")]}, THREAD, durability="sync")
+    else:
+        RESTARTS[restart](db, graph)
+    paid = [e["ref"] for e in Ledger(ledger).entries()]
+    assert paid[0] == "call-1" and len(set(paid)) == len(paid)  # (a new input asks for a new call)
+    seen = model.inputs[0]
+    assert [m.type for m in seen][:3] == ["human", "ai", "tool"] and _one_answer_each(seen)
+    assert seen[2].content == "paid 4200"  # the tool's own answer: it returned
+    final = graph.get_state(THREAD).values
+    assert (final["paid_total"], final["receipts"]) == (4200 * len(paid), paid)
+    # A new input runs from the input, not the nodes the head had next (LangGraph's rule): the
+    # state the tool wrote holds, its ``goto`` goes with the rest of what the head had next.
+    assert final["audits"] == (paid[1:] if restart == "new_input" else paid)
+    assert graph.checkpointer.journal.scan().clean
     graph.checkpointer.close()

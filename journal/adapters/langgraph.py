@@ -104,10 +104,12 @@ goes on in the subgraph without running the tool again. But the root's state hol
 subgraph's messages until it returns: a new input, or a run from the root head's own config
 (LangGraph replays the subgraph from its start), hands the model the thread without the interrupted
 exchange (the journal shows it): a model that asks for the call again pays again. A tool task that
-finished and wrote state of its own besides its answers (``Command(update=...)``) is not shown run
-in the head: its writes are left for LangGraph to apply, which ``invoke(None)`` does, but a run from
-the head's own config replays the task. A subgraph's channels are stored whole each time it runs (a
-new namespace: no delta), so an agent run as a subgraph grows with the square of its thread.
+finished and wrote state of its own besides its answers (``Command(update=...)``) reads as run too:
+that state is the head's null writes, which LangGraph applies before the next step (every run from
+the head, a replay included; ``get_state`` shows them) and ``repair`` hands over with the answers
+(its ``goto`` too: the node it names runs next, beside the one that asked). A subgraph's channels
+are stored whole each time it runs (a new namespace: no delta), so an agent run as a subgraph grows
+with the square of its thread.
 Messages replaced or removed in LangGraph's state (same id, ``RemoveMessage``) keep their first
 form in the journal's transcript. ``prune`` and ``delete_for_runs`` hide checkpoints with an
 ``x.langgraph.delete`` event (the journal is append-only, G3): their bytes stay until
@@ -150,6 +152,7 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.types import Command
 from typing_extensions import Self  # (3.10: typing.Self is 3.11+; langchain-core brings it)
 
 import journal
@@ -722,15 +725,22 @@ class JournalSaver(BaseCheckpointSaver[str]):
         asked = next(i for i, m in enumerate(messages) if owed[0] in {c.get("id") for c in _calls_of(m)})
         back_to = self._asker(history, event, asked) if tasks else None
         ran = {task_id for task_id, _answers in tasks}
-        own = {
-            w[0] for w in writes if w[1] not in (channel, *WRITES_IDX_MAP) and not w[1].startswith(projection.BRANCH)
-        }
-        if back_to is not None and not ran & own:
+        if back_to is not None:
+            # A finished task's writes of its own (a ``Command(update=..., goto=...)``: state
+            # besides its answers, a node to go to besides the one that asked) are LangGraph's
+            # null writes of the folded head, applied, as LangGraph applies those, before the
+            # next step (by every run from it, a replay included) and in ``get_state``: the state
+            # the tool made holds, and no run pays for it again.
+            own = [
+                (NULL_TASK_ID, w[1], w[2])
+                for w in writes
+                if w[0] in ran and w[1] not in (channel, *WRITES_IDX_MAP, projection.BRANCH + back_to)
+            ]
             writes = [w for w in writes if w[0] not in ran and not (w[0] == NULL_TASK_ID and w[1] == RESUME)]
             packets = enumerate(checkpoint["channel_values"].get(TASKS) or ())
             sent = {i for i, p in packets if _task_id(checkpoint, getattr(p, "node", ""), step, push=i) in ran}
             self._fold(session_id, event.data["ns"], checkpoint, node, sent, back_to)
-            return writes, added
+            return [*writes, *own], added
         finished = {w[0] for w in writes if w[1] not in WRITES_IDX_MAP}
         tasks = [(task_id, answers) for task_id, answers in tasks if task_id not in finished]
         stopped = {task_id for task_id, _answers in tasks}
@@ -1239,7 +1249,14 @@ def repair(graph: Any, config: RunnableConfig, *, force: bool = False, tools_nod
         m.tool_call_id for _task, ch, value in head.pending_writes or [] if ch == channel for m in _tool_messages(value)
     }
     fresh = [m for m in added if m.tool_call_id not in stored and str(m.id).startswith(projection.ANSWER_ID)]
-    graph.update_state(head.config, {channel: fresh}, as_node=_tool_node(graph, head, tools_node))
+    # The head's null writes (a finished tool's state of its own, as the read shows it; a
+    # ``Command(update=...)`` given at a resume) are applied by a run, not by ``update_state``:
+    # handed over with the answers, each as written, they are in the checkpoint made.
+    null = [(ch, value) for task, ch, value in head.pending_writes or [] if task == NULL_TASK_ID and ch != RESUME]
+    goto = [ch[len(projection.BRANCH) :] for ch, _value in null if ch.startswith(projection.BRANCH)]
+    state = [(ch, value) for ch, value in null if not ch.startswith(projection.BRANCH)]
+    update: Any = Command(update=[*state, (channel, fresh)], goto=goto) if null else {channel: fresh}
+    graph.update_state(head.config, update, as_node=_tool_node(graph, head, tools_node))
     return Repaired(session_id, result.appended, added=tuple(added), unanswered=unanswered)
 
 
