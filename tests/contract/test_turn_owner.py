@@ -91,6 +91,26 @@ def test_g8_once_the_owner_is_killed_its_turn_is_recovered_at_once(db_path: Path
         assert j.scan().clean
 
 
+def test_g8_an_owner_killed_and_not_yet_reaped_by_its_parent_is_gone(db_path: Path, live_driver) -> None:
+    """A killed process its parent has not waited for is a zombie: its /proc entry (and start
+    time) stays until it is reaped, which a supervisor may do late, or, under a PID 1 that
+    reaps nothing, never. It runs nothing: its turn is recovered at once, as once reaped."""
+    child, owner = live_driver
+    os.kill(child.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    with journal.open(db_path) as j:
+        (turn,) = j.scan().open_turns
+        assert (turn.owner, turn.held) == (owner, False)
+        (result,) = j.recover()
+        assert result.live_owner is None
+        assert [e.type for e in result.appended] == ["tool_result", "turn_end"]
+        assert j.scan().clean
+    assert child.poll() is not None  # reaped only now
+
+
 def test_turns_of_this_process_and_turns_without_an_owner_are_recovered(j: journal.Journal) -> None:
     mine = j.create_session("mine").id
     j.turn_start(mine)
