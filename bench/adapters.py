@@ -259,36 +259,59 @@ def langgraph_sqlite(path: Path, steps: int) -> list[float]:
 # -- Claude Agent SDK --------------------------------------------------------------------------------
 
 
-def _claude_step(step: int, output: str = "sunny in Lyon") -> list[dict[str, Any]]:
+def _claude_step(step: int, output: str = "sunny in Lyon", shape: str = "code") -> list[dict[str, Any]]:
     """One step's transcript entries, as the SDK mirrors them: the question, the assistant's
-    ``tool_use``, its ``tool_result`` (``output``), the answer."""
+    ``tool_use``, its ``tool_result`` (``output``), the answer. ``shape``: ``"code"``, the fields
+    every line of Claude Code's transcript carries (the ``parentUuid`` chain, ``cwd``,
+    ``version``, ``gitBranch``...; a model message's id, model, stop reason and token counts,
+    its ``requestId``; a result's ``toolUseResult``), or ``"minimal"``: type, uuid, session,
+    time and message alone (the workload of the figures before Dec 7)."""
     session = "3f6c2a1e-9b8d-4c7e-a5f4-0e1d2c3b4a59"
 
-    def entry(n: int, kind: str, content: object) -> dict[str, Any]:
-        ms = (step * 4 + n) * 1237  # each entry its own time, as Claude Code stamps them
+    def uuid(k: int) -> str:
+        return f"00000000-0000-4000-8000-{k:012d}"
+
+    def entry(n: int, kind: str, content: object, **extra: Any) -> dict[str, Any]:
+        k = step * 4 + n
+        ms = k * 1237  # each entry its own time, as Claude Code stamps them
         stamp = f"2025-06-01T{10 + ms // 3_600_000:02d}:{ms // 60_000 % 60:02d}:{ms // 1000 % 60:02d}.{ms % 1000:03d}Z"
-        return {
-            "type": kind, "uuid": f"00000000-0000-4000-8000-{step * 4 + n:012d}", "sessionId": session,
-            "timestamp": stamp, "message": {"role": kind, "content": content},
-        }  # fmt: skip
+        if shape == "minimal":
+            return {"type": kind, "uuid": uuid(k), "sessionId": session, "timestamp": stamp,
+                    "message": {"role": kind, "content": content}}  # fmt: skip
+        message: dict[str, Any] = {"role": kind, "content": content}
+        if kind == "assistant":
+            usage = {
+                "input_tokens": 1200 + 40 * step, "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 15000 + 40 * step,
+                "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+                "output_tokens": 20 + n, "service_tier": "standard",
+            }  # fmt: skip
+            message = {"id": f"msg_01{k:022d}", "type": "message", "role": "assistant",
+                       "model": "claude-sonnet-4-5-20250929", "content": content, "stop_reason": None,
+                       "stop_sequence": None, "usage": usage}  # fmt: skip
+            extra = {"requestId": f"req_011{k:021d}", **extra}
+        return {"parentUuid": uuid(k - 1) if k else None, "isSidechain": False, "userType": "external",
+                "cwd": "/home/ada/shop", "sessionId": session, "version": "2.0.14", "gitBranch": "main",
+                "type": kind, "message": message, **extra, "uuid": uuid(k), "timestamp": stamp}  # fmt: skip
 
     call = f"toolu_{step}"
+    result = {"toolUseResult": output} if shape == "code" else {}
     return [
         entry(0, "user", f"weather, step {step}?"),
         entry(1, "assistant", [{"type": "tool_use", "id": call, "name": "lookup", "input": {"city": "Lyon"}}]),
-        entry(2, "user", [{"type": "tool_result", "tool_use_id": call, "content": output}]),
+        entry(2, "user", [{"type": "tool_result", "tool_use_id": call, "content": output}], **result),
         entry(3, "assistant", [{"type": "text", "text": "It is sunny in Lyon."}]),
     ]
 
 
-def _claude_run(store: Any, steps: int, output: str = "sunny in Lyon") -> list[float]:
+def _claude_run(store: Any, steps: int, output: str = "sunny in Lyon", shape: str = "code") -> list[float]:
     key = {"project_key": "-home-ada-shop", "session_id": "3f6c2a1e-9b8d-4c7e-a5f4-0e1d2c3b4a59"}
 
     async def run() -> list[float]:
         times = []
         for step in range(steps):
             start = time.perf_counter()
-            for one in _claude_step(step, output):  # the SDK's eager flush: an entry at a time
+            for one in _claude_step(step, output, shape):  # the SDK's eager flush: an entry at a time
                 await store.append(key, [one])
             times.append(time.perf_counter() - start)
         return times
@@ -296,12 +319,12 @@ def _claude_run(store: Any, steps: int, output: str = "sunny in Lyon") -> list[f
     return asyncio.run(run())
 
 
-def claude_journal(path: Path, steps: int, output: str = "sunny in Lyon") -> list[float]:
+def claude_journal(path: Path, steps: int, output: str = "sunny in Lyon", shape: str = "code") -> list[float]:
     from journal.adapters.claude import JournalSessionStore
 
     store = JournalSessionStore(str(path))
     try:
-        return _claude_run(store, steps, output)
+        return _claude_run(store, steps, output, shape)
     finally:
         store.close()
 
@@ -323,14 +346,20 @@ class JsonlStore:
             os.fsync(f.fileno())
 
 
-def claude_jsonl(path: Path, steps: int, output: str = "sunny in Lyon") -> list[float]:
-    return _claude_run(JsonlStore(path), steps, output)
+def claude_jsonl(path: Path, steps: int, output: str = "sunny in Lyon", shape: str = "code") -> list[float]:
+    return _claude_run(JsonlStore(path), steps, output, shape)
 
 
-def claude_added(steps: tuple[int, ...] = (200, 1000), rounds: int = 3, output_bytes: int = 0) -> dict[str, Any]:
+def claude_added(
+    steps: tuple[int, ...] = (200, 1000),
+    rounds: int = 3,
+    output_bytes: int = 0,
+    shapes: tuple[str, ...] = ("code", "minimal"),
+) -> dict[str, Any]:
     """The bytes a Claude run adds to an empty journal (its schema's fixed size subtracted)
-    against the JSONL file's, and the median time per step, at each length; printed as JSON.
-    ``output_bytes``: the tool's output in each step (default: the loop's 13-byte answer)."""
+    against the JSONL file's, and the median time per step, at each length and entry shape
+    (``_claude_step``); printed as JSON. ``output_bytes``: the tool's output in each step
+    (default: the loop's 13-byte answer)."""
     output = ("sunny in Lyon; " * (output_bytes // 15 + 1))[:output_bytes] if output_bytes else "sunny in Lyon"
     from journal.adapters.claude import JournalSessionStore
 
@@ -340,22 +369,24 @@ def claude_added(steps: tuple[int, ...] = (200, 1000), rounds: int = 3, output_b
         JournalSessionStore(str(empty)).close()
         checkpoint_file(empty)
         fixed = file_bytes(empty)
-        for n in steps:
-            times: dict[str, list[float]] = {"journal": [], "jsonl": []}
-            added: dict[str, int] = {}
-            for r in range(rounds):
-                for name, run in (("journal", claude_journal), ("jsonl", claude_jsonl))[:: 1 if r % 2 == 0 else -1]:
-                    path = Path(tmp) / f"claude-{name}-{n}-{r}.db"
-                    times[name].append(statistics.median(run(path, n, output)))
-                    checkpoint_file(path)
-                    added[name] = file_bytes(path) - (fixed if name == "journal" else 0)
-            out[f"{n} steps"] = {
-                "journal ms per step": statistics.median(times["journal"]) * 1000,
-                "jsonl ms per step": statistics.median(times["jsonl"]) * 1000,
-                "journal bytes added": added["journal"],
-                "jsonl bytes": added["jsonl"],
-                "bytes, journal / jsonl": added["journal"] / added["jsonl"],
-            }
+        for shape in shapes:
+            for n in steps:
+                times: dict[str, list[float]] = {"journal": [], "jsonl": []}
+                added: dict[str, int] = {}
+                for r in range(rounds):
+                    runs = (("journal", claude_journal), ("jsonl", claude_jsonl))[:: 1 if r % 2 == 0 else -1]
+                    for name, run in runs:
+                        path = Path(tmp) / f"claude-{shape}-{name}-{n}-{r}.db"
+                        times[name].append(statistics.median(run(path, n, output, shape)))
+                        checkpoint_file(path)
+                        added[name] = file_bytes(path) - (fixed if name == "journal" else 0)
+                out[f"{shape} entries, {n} steps"] = {
+                    "journal ms per step": statistics.median(times["journal"]) * 1000,
+                    "jsonl ms per step": statistics.median(times["jsonl"]) * 1000,
+                    "journal bytes added": added["journal"],
+                    "jsonl bytes": added["jsonl"],
+                    "bytes, journal / jsonl": added["journal"] / added["jsonl"],
+                }
     out["empty journal bytes"] = fixed
     print(json.dumps(out, indent=2))
     return out

@@ -261,6 +261,9 @@ def fold(
 # places before it that has the same top-level keys in the same order (its *shape*), with the
 # top-level fields ``changes`` holds replaced. A step's entries repeat each other's shapes, so an
 # entry costs what changed in it (its time, its text's references), not its field names again.
+# A changed field that is an object with the base's keys in the base's order may be stored as
+# ``["$~", changes]``, the changes to the base's object, the same way down (a model message whose
+# token counts alone changed). No residue holds that list itself: its string would be ``$$~``.
 MAX_SHAPES = 64
 PER_SHAPE = 4  # the latest residues of a shape kept as bases: a step's user and result entries share one
 
@@ -300,12 +303,52 @@ class Shapes:
         best: Any = residue
         size = len(dumps(residue))
         for base_seq, base in self.by_keys.get(tuple(residue), ()):
-            changes = {name: value for name, value in residue.items() if not same(value, base[name])}
+            changes = _changes(residue, base)
             diff = [base_seq - seq, changes]
             length = len(dumps(diff))
             if length < size:
                 best, size = diff, length
         return best
+
+
+NESTED = "$~"  # ``[NESTED, changes]``: a changed object stored as its changes to the base's
+
+
+def _changes(value: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    """The fields of ``value`` that differ from ``base``'s (same keys, same order), each whole or,
+    an object itself, as ``[NESTED, its changes]`` when that is shorter."""
+    out: dict[str, Any] = {}
+    for name, field in value.items():
+        if same(field, base[name]):
+            continue
+        was = base[name]
+        if isinstance(field, dict) and isinstance(was, dict) and tuple(field) == tuple(was):
+            nested = [NESTED, _changes(field, was)]
+            if len(dumps(nested)) < len(dumps(field)):
+                out[name] = nested
+                continue
+        out[name] = field
+    return out
+
+
+_MISMATCH = object()
+
+
+def _applied(changes: Any, base: dict[str, Any]) -> Any:
+    """``base`` with ``changes`` (a dict of ``_changes``) applied; ``_MISMATCH`` when they do not fit it."""
+    if not isinstance(changes, dict) or not set(changes) <= set(base):
+        return _MISMATCH
+    out: dict[str, Any] = {}
+    for name, was in base.items():
+        field = changes.get(name, was)
+        if name in changes and isinstance(field, list) and len(field) == 2 and field[0] == NESTED:
+            if not isinstance(was, dict):
+                return _MISMATCH
+            field = _applied(field[1], was)
+            if field is _MISMATCH:
+                return _MISMATCH
+        out[name] = field
+    return out
 
 
 def expand(stored: Any, seq: int, bases: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
@@ -317,9 +360,10 @@ def expand(stored: Any, seq: int, bases: dict[int, dict[str, Any]]) -> dict[str,
         return None
     offset, changes = stored
     base = bases.get(seq + offset) if offset < 0 else None
-    if base is None or not isinstance(changes, dict) or not set(changes) <= set(base):
+    if base is None:
         return None
-    return {name: changes.get(name, value) for name, value in base.items()}
+    residue = _applied(changes, base)
+    return None if residue is _MISMATCH else residue
 
 
 def chain_fields(entry: Any) -> dict[str, Any]:

@@ -41,7 +41,7 @@ from journal.adapters.claude import (
     project,
     repair,
 )
-from journal.adapters.claude_entries import answer_uuid
+from journal.adapters.claude_entries import Shapes, answer_uuid, expand
 from journal.model import Event
 
 from ..conftest import python_child
@@ -1000,6 +1000,76 @@ def test_a_long_chat_stores_no_body_twice_and_less_data_than_its_jsonl(store: Jo
         assert text.count(f"curl wttr.in/Lyon?step={n}") == 1
     jsonl = sum(len(json.dumps(e, ensure_ascii=False)) + 1 for e in t.entries)
     assert len(text) < 0.6 * jsonl  # each entry costs what changed in it, not its field names again
+
+
+def test_a_model_message_whose_token_counts_alone_changed_stores_those_counts_only(store: JournalSessionStore) -> None:
+    t = Transcript(SID)
+    for n in range(12):
+        t.user(f"step {n}")
+        t.say(f"answer {n}")
+        usage = t.entries[-1]["message"]["usage"]
+        usage.update(input_tokens=1200 + 37 * n, cache_read_input_tokens=800 + 11 * n)
+        usage["cache_creation"] = {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": n % 2}
+    for entry in t.entries:
+        run(store.append(key(), [entry]))
+    assert json.dumps(run(JournalSessionStore(store.journal).load(key()))) == json.dumps(t.entries)
+    said = store.journal.events(journal_session_id(key()), types=["assistant_message"])
+    last = said[-1].data["metadata"]["claude_entry"]
+    # [offset, changes]: the message's changes to its base's, down to the numbers that moved.
+    marker, changes = last[1]["message"]
+    assert marker == "$~" and list(changes) == ["usage"] and changes["usage"][0] == "$~"
+    assert set(changes["usage"][1]) <= {"input_tokens", "cache_read_input_tokens", "cache_creation"}
+    assert len(json.dumps(last)) < 250
+
+
+@pytest.mark.parametrize(
+    ("residue", "base", "expected"),
+    [
+        # a nested change applied down to the field that moved; the rest from the base
+        (
+            {"m": ["$~", {"u": ["$~", {"a": 2}]}]},
+            {"m": {"u": {"a": 1, "b": 1}, "t": "x"}, "k": 0},
+            {"m": {"u": {"a": 2, "b": 1}, "t": "x"}, "k": 0},
+        ),
+        # a change naming a field the base's object has not: not a residue of it
+        ({"m": ["$~", {"zz": 1}]}, {"m": {"u": 1}}, None),
+        # a nested change where the base holds no object: not a residue of it
+        ({"m": ["$~", {"u": 1}]}, {"m": "text"}, None),
+        # a list that only looks like the marker (its string escaped as content is): a value
+        ({"m": ["$$~", {"u": 1}]}, {"m": {"u": 0}}, {"m": ["$$~", {"u": 1}]}),
+    ],
+)
+def test_a_stored_change_reads_back_against_its_base_or_is_refused(
+    residue: dict[str, Any], base: dict[str, Any], expected: dict[str, Any] | None
+) -> None:
+    assert expand([-1, residue], 5, {4: base}) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    base=st.dictionaries(
+        st.sampled_from("abc"),
+        st.one_of(
+            st.integers(0, 3),
+            REFERENCE_LIKE,
+            st.dictionaries(st.sampled_from("xyz"), st.one_of(st.integers(0, 3), REFERENCE_LIKE), max_size=3),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    data=st.data(),
+)
+def test_any_residue_stored_against_a_base_of_its_shape_reads_back_exactly(base: dict[str, Any], data: Any) -> None:
+    def like(value: Any) -> Any:  # a value of the same shape, its leaves drawn again
+        if isinstance(value, dict):
+            return {name: like(child) for name, child in value.items()}
+        return data.draw(st.one_of(st.integers(0, 3), REFERENCE_LIKE))
+
+    residue = like(base)
+    shapes = Shapes()
+    shapes.note(4, base)
+    stored = shapes.stored(5, residue)
+    assert expand(stored, 5, shapes.by_seq) == residue
 
 
 def test_more_shapes_than_the_cache_holds_still_read_back_exactly_from_any_writer(store: JournalSessionStore) -> None:
