@@ -625,6 +625,59 @@ def test_a_run_that_raises_in_a_tool_is_closed_honestly_and_the_session_gets_no_
     session.close()
 
 
+def test_g5_a_result_that_returns_after_the_runs_repair_is_kept_as_late_evidence(tmp_path: Path) -> None:
+    """``refund`` raises; ``pay`` has paid and its output guardrail is still checking it when the
+    SDK gives up on it (it waits a tenth of a second) and raises: ``journal_run`` repairs the
+    turn (pay: MAY have run). A second later the SDK hands the hooks pay's real result: kept, as
+    ``tool_result_late`` beside the answer it came after (it was dropped: the turn was closed)."""
+    from agents.tool_guardrails import ToolGuardrailFunctionOutput, tool_output_guardrail
+
+    ledger = Ledger(tmp_path / "ledger")
+
+    @tool_output_guardrail
+    async def slow_check(data: Any) -> ToolGuardrailFunctionOutput:
+        await asyncio.sleep(1.0)
+        return ToolGuardrailFunctionOutput.allow()
+
+    @function_tool(tool_output_guardrails=[slow_check])
+    async def pay(cents: int) -> str:
+        """Pay."""
+        ledger.record(cents=cents)
+        return f"paid {cents}"
+
+    @function_tool(failure_error_function=None)
+    async def refund() -> str:
+        """Refund."""
+        await asyncio.sleep(0.3)
+        raise RuntimeError("refund service down")
+
+    model = ScriptedModel(
+        [[function_call("pay", {"cents": 100}, call_id="pay-1"), function_call("refund", {}, call_id="refund-1")]]
+    )
+    session = JournalSession("s", tmp_path / "j.db")
+    agent = Agent(name="a", model=model, tools=[pay, refund])
+
+    async def go() -> None:
+        with pytest.raises(Exception, match="refund service down"):
+            await journal_run(agent, "pay and refund", session=session)
+        for _ in range(100):  # pay's task goes on in the background after the run raised
+            await asyncio.sleep(0.05)
+            if session.journal.events("s", types=["tool_result_late"]):
+                break
+
+    run(go())
+    assert [e["cents"] for e in ledger.entries()] == [100]
+    events = session.journal.events("s")
+    results = [
+        (e.data["tool_call_id"], e.data.get("metadata", {}).get("risk")) for e in events if e.type == "tool_result"
+    ]
+    assert results == [("pay-1", "tool_outcome_unknown"), ("refund-1", "tool_outcome_unknown")]
+    (late,) = [e for e in events if e.type == "tool_result_late"]
+    assert late.data["tool_call_id"] == "pay-1" and late.data["content"] == "paid 100"
+    assert session.journal.scan().clean and session.journal.check() == []
+    session.close()
+
+
 def test_repair_leaves_a_call_awaiting_approval_alone(tmp_path: Path) -> None:
     @function_tool(needs_approval=True)
     def transfer(cents: int) -> str:

@@ -120,6 +120,9 @@ What it cannot do, honestly:
   ``SQLiteSession`` does); its methods then never wait on the disk on the event loop.
 - ``Runner.run_streamed`` calls the same session methods and hooks, but only ``Runner.run`` is
   tested here. Streamed chunks are not saved (no ``provider_started`` phase is recorded).
+- A tool that returns after its run's turn was closed under it (the run raised while the tool
+  went on in the background, and ``journal_run`` repaired the turn: the call MAY have run) has
+  its real result kept as ``tool_result_late``, beside that answer (G5).
 - A run whose turn was closed under it (another process's ``recover(force=True)``) learns it at
   its next write: after the model call that follows, not before it; the dispatch refuses the
   tool in any case (``LeaseLost``). ``add_items`` then writes nothing and raises ``LeaseLost`` (an
@@ -596,6 +599,10 @@ class JournalRunHooks(RunHooks[Any]):
         self._count: int | None = None  # the session's event count after the hooks' last write
         self._mine: set[int] = set()  # seqs the hooks wrote past ``_count`` (parallel tools)
         self._running = 0  # tools dispatched that have not returned
+        # The calls these hooks dispatched that have not returned: a result that comes back
+        # after their turn was closed under them (a repair once the run raised while a tool went
+        # on in the background) is still the call's real result, kept as evidence (G5).
+        self._out: set[str] = set()
         self._handoff = False
         self.ending = False  # the agent produced its final output; its items are saved next
         session._hooks = self
@@ -698,11 +705,16 @@ class JournalRunHooks(RunHooks[Any]):
             self._note(await self._call("append", self.session.journal_id, kind, data, key=key))
             done = await self._call("dispatch", self.session.journal_id, call_id, turn=self._turn)
         self._running += 1
+        self._out.add(call_id)
         self._note(done.event)
 
     async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: object) -> None:
         call_id = getattr(context, "tool_call_id", None)
-        if self._turn is None or not isinstance(call_id, str):
+        if not isinstance(call_id, str) or (self._turn is None and call_id not in self._out):
+            return
+        self._out.discard(call_id)
+        if self._turn is None:  # the turn was closed under the tool (its answer: MAY have run)
+            await self._call("put_result", self.session.journal_id, call_id, _output(context, tool, result))
             return
         self._running = max(0, self._running - 1)
         outcome = await self._call("put_result", self.session.journal_id, call_id, _output(context, tool, result))
