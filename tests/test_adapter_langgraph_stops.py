@@ -543,6 +543,39 @@ def test_g6_g9_a_tool_node_inside_a_subgraph_killed_after_paying_is_answered_and
     graph.checkpointer.close()
 
 
+@pytest.mark.parametrize("restart", ["new_input", "head_config", "cli_recover_then_new_input"])
+def test_g9_a_subgraphs_recovered_exchange_is_in_the_roots_messages_for_a_new_input_or_a_replay(
+    killed_in_a_subgraph: Path, tmp_path: Path, restart: str
+) -> None:
+    """LangGraph's root holds a subgraph's messages only once it returns. The subgraph killed
+    after its tool paid never returned, so a new input handed the model the thread without the
+    call and its answer (the model asked for a new call: paid again), and a replay from the root
+    head's own config ran the subgraph from its start (the same call paid twice). The root's
+    head reads with the recovered exchange after its messages: the model sees the call answered
+    (MAY have run), and the replay goes on to the model's answer."""
+    db = _copy(killed_in_a_subgraph, tmp_path / "j.db")
+    ledger = shutil.copy(killed_in_a_subgraph.with_suffix(".ledger"), tmp_path / "ledger")
+    graph, model = subgraph_graph(str(db), str(ledger))
+    if restart == "cli_recover_then_new_input":
+        _cli_recover(db)
+    shown = graph.get_state(THREAD)
+    assert [m.type for m in shown.values["messages"]] == ["human", "ai", "tool"] and shown.next == ("assistant",)
+    assert "MAY have run" in str(shown.values["messages"][-1].content)
+    if restart == "head_config":
+        RESTARTS[restart](db, graph)
+        assert [e["ref"] for e in Ledger(ledger).entries()] == ["call-1"]  # not run again
+    else:
+        graph.invoke({"messages": [("user", "did the payment go through?")]}, THREAD, durability="sync")
+    seen = model.inputs[0]
+    assert [m.type for m in seen][:3] == ["human", "ai", "tool"] and _one_answer_each(seen)
+    assert "MAY have run" in str(seen[2].content)
+    final = graph.get_state(THREAD).values["messages"]
+    assert _one_answer_each(final) and len({m.id for m in final}) == len(final)
+    j = graph.checkpointer.journal
+    assert j.scan().clean and j.check() == []
+    graph.checkpointer.close()
+
+
 # -- a tool that wrote state of its own (``Command(update=...)``) ---------------------------------------
 
 

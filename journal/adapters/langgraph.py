@@ -100,10 +100,11 @@ is kept there as ``tool_result_late``.
 A subgraph's messages are typed events too (each once: the root's copy of a message a subgraph
 returned is the same event), so a tool node inside a subgraph has the same barrier, and its head in
 its namespace reads with recovery's answers as the root's does: ``invoke(None)`` after any recovery
-goes on in the subgraph without running the tool again. But the root's state holds none of the
-subgraph's messages until it returns: a new input, or a run from the root head's own config
-(LangGraph replays the subgraph from its start), hands the model the thread without the interrupted
-exchange (the journal shows it): a model that asks for the call again pays again. A tool task that
+goes on in the subgraph without running the tool again. LangGraph's root holds a subgraph's
+messages only once it returns; the root's head reads with the recovered subgraph's exchange after
+its own messages (when the subgraph's messages go on from the root's, as a node sharing its
+``messages`` does), so a new input, or a run from the root head's own config (LangGraph replays the
+subgraph from its start, from those messages), hands the model the call answered. A tool task that
 finished and wrote state of its own besides its answers (``Command(update=...)``) reads as run too:
 that state is the head's null writes, which LangGraph applies before the next step (every run from
 the head, a replay included; ``get_state`` shows them) and ``repair`` hands over with the answers
@@ -574,6 +575,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
         added: builtins.list[Any] = []
         if history is not None:
             writes, added = self._project(session_id, history, event, checkpoint, writes)
+            if ns == "":
+                self._lift(thread_id, session_id, history, event, checkpoint)
         found = CheckpointTuple(
             config=_config(thread_id, ns, checkpoint["id"]),
             checkpoint=checkpoint,  # type: ignore[arg-type]
@@ -582,6 +585,44 @@ class JournalSaver(BaseCheckpointSaver[str]):
             pending_writes=writes,
         )
         return found, added
+
+    def _lift(
+        self, thread_id: str, session_id: str, history: _History, event: journal.Event, checkpoint: dict[str, Any]
+    ) -> None:
+        """The exchange of a subgraph that ran from this root checkpoint and was recovered (a tool
+        inside it killed, say: its head in its namespace reads with the journal's answers), shown in
+        the root's messages too, after them: LangGraph's root holds a subgraph's messages only
+        once it returns, so a new input or a replay of the root would hand the model the thread
+        without the call and its answer, and a model asking again would pay again. Only a
+        subgraph whose messages go on from the root's (the same messages, by id: a subgraph node
+        sharing the root's ``messages``) is shown so; ``invoke(None)`` resumes it and its return
+        replaces the same messages (``add_messages`` matches ids)."""
+        channel = self.messages_channel
+        if channel is None or not isinstance(messages := checkpoint["channel_values"].get(channel), builtins.list):
+            return
+        heads: dict[str, journal.Event] = {}  # each subgraph namespace's newest checkpoint since
+        hidden: set[tuple[str, str]] | None = None
+        for newer in history:
+            if newer.seq <= event.seq:
+                break
+            ns = newer.data["ns"]
+            if ns and "|" not in ns and ns not in heads:
+                hidden = self._hidden(session_id) if hidden is None else hidden
+                if (ns, newer.data["id"]) not in hidden:
+                    heads[ns] = newer
+        for ns, head in heads.items():
+            if self._decoded(head.data, "metadata").get("parents", {}).get("") != checkpoint["id"]:
+                continue
+            writes = self._writes(session_id, history.writes_since(head)).get((ns, head.data["id"]), [])
+            shown, added = self._tuple(thread_id, session_id, head, writes, history)
+            inner = shown.checkpoint["channel_values"].get(channel)
+            ids = [getattr(m, "id", None) for m in messages]
+            if not added or not isinstance(inner, builtins.list) or None in ids:
+                continue
+            if [getattr(m, "id", None) for m in inner[: len(messages)]] != ids:
+                continue  # not the root's messages gone on: a subgraph of a state of its own
+            messages = [*messages, *inner[len(messages) :]]
+        checkpoint["channel_values"][channel] = messages
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint named by ``config`` (its ``checkpoint_id``), or the thread's latest in
