@@ -595,9 +595,9 @@ class DiesOnceWritten(JournalSaver):
 
 
 def command_graph(db: str, ledger_path: str, *, kill: bool = False) -> tuple[Any, OneCall]:
-    """An agent -> tools loop whose ``pay`` returns ``Command(update=..., goto=...)``: its answer,
-    the amount and receipt it adds to state keys of its own, and the ``audit`` node to run next
-    (beside the agent, which the tools' edge names)."""
+    """An agent -> tools loop whose ``pay`` returns ``Command(update=..., goto=...)``: its answer
+    and a note after it, the amount and receipt it adds to state keys of its own, and the
+    ``audit`` node to run next (beside the agent, which the tools' edge names)."""
     ledger, model = Ledger(ledger_path), OneCall()
 
     @tool
@@ -605,7 +605,8 @@ def command_graph(db: str, ledger_path: str, *, kill: bool = False) -> tuple[Any
         """Pay an amount, in cents, once per ref."""
         ledger.record(ref=ref)
         answer = ToolMessage(f"paid {cents}", tool_call_id=tool_call_id)
-        return Command(update={"messages": [answer], "paid_total": cents, "receipts": [ref]}, goto="audit")
+        note = AIMessage(f"receipt {ref} noted")  # a message of its own after its answer
+        return Command(update={"messages": [answer, note], "paid_total": cents, "receipts": [ref]}, goto="audit")
 
     builder = StateGraph(Paid)
     builder.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
@@ -653,6 +654,7 @@ def test_g9_a_tool_whose_command_was_stored_keeps_its_state_and_is_not_run_again
     graph, model = command_graph(str(db), str(ledger))
     shown = graph.get_state(THREAD)
     assert shown.next == ("agent",) and (shown.values["paid_total"], shown.values["receipts"]) == (4200, ["call-1"])
+    assert [m.type for m in shown.values["messages"]] == ["human", "ai", "tool", "ai"]
     if restart == "repair":
         repair(graph, THREAD)
         graph.invoke(None, THREAD, durability="sync")
@@ -663,9 +665,10 @@ def test_g9_a_tool_whose_command_was_stored_keeps_its_state_and_is_not_run_again
     paid = [e["ref"] for e in Ledger(ledger).entries()]
     assert paid[0] == "call-1" and len(set(paid)) == len(paid)  # (a new input asks for a new call)
     seen = model.inputs[0]
-    assert [m.type for m in seen][:3] == ["human", "ai", "tool"] and _one_answer_each(seen)
-    assert seen[2].content == "paid 4200"  # the tool's own answer: it returned
+    assert [m.type for m in seen][:4] == ["human", "ai", "tool", "ai"] and _one_answer_each(seen)
+    assert (seen[2].content, seen[3].content) == ("paid 4200", "receipt call-1 noted")  # as the tool returned them
     final = graph.get_state(THREAD).values
+    assert [m.content for m in final["messages"]].count("receipt call-1 noted") == 1
     assert (final["paid_total"], final["receipts"]) == (4200 * len(paid), paid)
     # A new input runs from the input, not the nodes the head had next (LangGraph's rule): the
     # state the tool wrote holds, its ``goto`` goes with the rest of what the head had next.

@@ -108,7 +108,11 @@ subgraph from its start, from those messages), hands the model the call answered
 finished and wrote state of its own besides its answers (``Command(update=...)``) reads as run too:
 that state is the head's null writes, which LangGraph applies before the next step (every run from
 the head, a replay included; ``get_state`` shows them) and ``repair`` hands over with the answers
-(its ``goto`` too: the node it names runs next, beside the one that asked). A subgraph's channels
+(its ``goto`` too: the node it names runs next, beside the one that asked; messages of its own
+after its answer too). That needs the node that asked to be known: when another node ran in the
+same step as the model (a ``goto`` of an earlier tool's), the task is left for LangGraph to apply
+as before (``invoke(None)`` does; a replay from the head's own config runs it again), and a
+``Command(graph=Command.PARENT)`` from a subgraph's tool is LangGraph's to apply. A subgraph's channels
 are stored whole each time it runs (a new namespace: no delta), so an agent run as a subgraph grows
 with the square of its thread.
 Messages replaced or removed in LangGraph's state (same id, ``RemoveMessage``) keep their first
@@ -777,6 +781,18 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 for w in writes
                 if w[0] in ran and w[1] not in (channel, *WRITES_IDX_MAP, projection.BRANCH + back_to)
             ]
+            # Of its messages, those besides the answers the read placed (a note after its answer):
+            # after them, in the order it wrote them.
+            shown = {m.tool_call_id for m in added}
+            for task_id, ch, value in writes:
+                if task_id in ran and ch == channel:
+                    rest = [
+                        m
+                        for m in (value if isinstance(value, (builtins.list, tuple)) else [value])
+                        if not (getattr(m, "type", None) == "tool" and getattr(m, "tool_call_id", None) in shown)
+                    ]
+                    if rest:
+                        own.append((NULL_TASK_ID, channel, rest))
             writes = [w for w in writes if w[0] not in ran and not (w[0] == NULL_TASK_ID and w[1] == RESUME)]
             packets = enumerate(checkpoint["channel_values"].get(TASKS) or ())
             sent = {i for i, p in packets if _task_id(checkpoint, getattr(p, "node", ""), step, push=i) in ran}
