@@ -586,19 +586,39 @@ class Paid(MessagesState):
 
 
 class DiesOnceWritten(JournalSaver):
-    """Dies right after LangGraph stored a tool task's writes, before the step's checkpoint."""
+    """Dies right after LangGraph stored the writes of the tool task that paid ``last``, before
+    the step's checkpoint."""
+
+    last = "call-1"
 
     def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
         super().put_writes(config, writes, task_id, task_path)
-        if any(channel == "receipts" and value for channel, value in writes):
+        if any(channel == "receipts" and value == [self.last] for channel, value in writes):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def command_graph(db: str, ledger_path: str, *, kill: bool = False) -> tuple[Any, OneCall]:
+class TwoInTurn(OneCall):
+    """To a user message: one ``pay`` call; to its answer: a second one; then an answer."""
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        self.inputs.append(list(messages))
+        answered = sum(1 for m in messages if m.type == "tool")
+        if messages[-1].type != "human" and answered >= 2:
+            return ChatResult(generations=[ChatGeneration(message=AIMessage(content="done"))])
+        ref = f"call-{answered + 1}"
+        call = {"id": ref, "name": "pay", "args": {"cents": 4200, "ref": ref}}
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content="", tool_calls=[call]))])
+
+
+def command_graph(db: str, ledger_path: str, *, kill: bool = False, twice: bool = False) -> tuple[Any, OneCall]:
     """An agent -> tools loop whose ``pay`` returns ``Command(update=..., goto=...)``: its answer
     and a note after it, the amount and receipt it adds to state keys of its own, and the
-    ``audit`` node to run next (beside the agent, which the tools' edge names)."""
-    ledger, model = Ledger(ledger_path), OneCall()
+    ``audit`` node to run next (beside the agent, which the tools' edge names). ``twice``: the
+    model asks for a second call once the first is answered, so it runs beside ``audit``, and
+    with ``kill`` the process dies after the second."""
+    ledger, model = Ledger(ledger_path), (TwoInTurn() if twice else OneCall())
 
     @tool
     def pay(cents: int, ref: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command:  # type: ignore[type-arg]
@@ -615,14 +635,17 @@ def command_graph(db: str, ledger_path: str, *, kill: bool = False) -> tuple[Any
     builder.add_edge(START, "agent")
     builder.add_conditional_edges("agent", tools_condition)
     builder.add_edge("tools", "agent")
-    return builder.compile(checkpointer=(DiesOnceWritten if kill else JournalSaver)(db)), model
+    saver = DiesOnceWritten(db) if kill else JournalSaver(db)
+    if kill and twice:
+        saver.last = "call-2"
+    return builder.compile(checkpointer=saver), model
 
 
 COMMAND_CHILD = """
 import sys
 from tests.test_adapter_langgraph_stops import THREAD, command_graph
 
-graph, _ = command_graph(sys.argv[1], sys.argv[2], kill=True)
+graph, _ = command_graph(sys.argv[1], sys.argv[2], kill=True, twice=sys.argv[3] == "twice")
 graph.invoke(
     {"messages": [("user", "pay the bill")], "paid_total": 0, "receipts": [], "audits": []}, THREAD, durability="sync"
 )
@@ -632,7 +655,7 @@ graph.invoke(
 @pytest.fixture(scope="module")
 def killed_after_a_command(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("command")
-    done = run_child(COMMAND_CHILD, str(root / "j.db"), str(root / "j.ledger"))
+    done = run_child(COMMAND_CHILD, str(root / "j.db"), str(root / "j.ledger"), "once")
     assert done.returncode == -signal.SIGKILL, (done.stdout, done.stderr)
     return root / "j.db"
 
@@ -673,5 +696,36 @@ def test_g9_a_tool_whose_command_was_stored_keeps_its_state_and_is_not_run_again
     # A new input runs from the input, not the nodes the head had next (LangGraph's rule): the
     # state the tool wrote holds, its ``goto`` goes with the rest of what the head had next.
     assert final["audits"] == (paid[1:] if restart == "new_input" else paid)
+    assert graph.checkpointer.journal.scan().clean
+    graph.checkpointer.close()
+
+
+@pytest.mark.parametrize("restart", ["invoke_none", "head_config", "repair"])
+def test_g9_a_command_task_is_shown_run_when_another_node_ran_beside_the_model_that_asked(
+    tmp_path: Path, restart: str
+) -> None:
+    """The first call's ``goto`` runs ``audit`` in the same step as the model asking for the
+    second: the step's records show two nodes run, and the asker is the one whose task wrote the
+    call's message. The second call's task reads as run (it was left for LangGraph: a replay from
+    the head's own config paid it again and handed the model two answers)."""
+    db, ledger = tmp_path / "j.db", tmp_path / "ledger"
+    done = run_child(COMMAND_CHILD, str(db), str(ledger), "twice")
+    assert done.returncode == -signal.SIGKILL, (done.stdout, done.stderr)
+    graph, model = command_graph(str(db), str(ledger), twice=True)
+    assert graph.get_state(THREAD).next == ("agent",)
+    if restart == "repair":
+        repair(graph, THREAD)
+        graph.invoke(None, THREAD, durability="sync")
+    else:
+        RESTARTS[restart](db, graph)
+    assert [e["ref"] for e in Ledger(ledger).entries()] == ["call-1", "call-2"]
+    (seen,) = model.inputs
+    assert _one_answer_each(seen) and [m.content for m in seen if m.type == "tool"] == ["paid 4200"] * 2
+    final = graph.get_state(THREAD).values
+    assert (final["paid_total"], final["receipts"], final["audits"]) == (
+        8400,
+        ["call-1", "call-2"],
+        ["call-1", "call-2"],
+    )
     assert graph.checkpointer.journal.scan().clean
     graph.checkpointer.close()

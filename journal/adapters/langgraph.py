@@ -109,10 +109,11 @@ finished and wrote state of its own besides its answers (``Command(update=...)``
 that state is the head's null writes, which LangGraph applies before the next step (every run from
 the head, a replay included; ``get_state`` shows them) and ``repair`` hands over with the answers
 (its ``goto`` too: the node it names runs next, beside the one that asked; messages of its own
-after its answer too). That needs the node that asked to be known: when another node ran in the
-same step as the model (a ``goto`` of an earlier tool's), the task is left for LangGraph to apply
-as before (``invoke(None)`` does; a replay from the head's own config runs it again), and a
-``Command(graph=Command.PARENT)`` from a subgraph's tool is LangGraph's to apply. A subgraph's channels
+after its answer too). That needs the node that asked to be known (the node that ran in the step
+that asked, or of several, a ``goto``'s node beside the model, the one whose task wrote the call's
+message); when the records do not tell, the task is left for LangGraph to apply (``invoke(None)``
+does; a replay from the head's own config runs it again), as a ``Command(graph=Command.PARENT)``
+from a subgraph's tool is. A subgraph's channels
 are stored whole each time it runs (a new namespace: no delta), so an agent run as a subgraph grows
 with the square of its thread.
 Messages replaced or removed in LangGraph's state (same id, ``RemoveMessage``) keep their first
@@ -327,10 +328,14 @@ def _result(message: Any) -> dict[str, Any]:
     return data
 
 
+def _listed(value: Any) -> list[Any]:
+    """One write to the messages channel as a list (a message or a list of them)."""
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
 def _tool_messages(value: Any) -> list[Any]:
     """The ``ToolMessage``s of one write to the messages channel (a message or a list of them)."""
-    values = value if isinstance(value, (list, tuple)) else [value]
-    return [v for v in values if getattr(v, "type", None) == "tool" and getattr(v, "tool_call_id", None)]
+    return [v for v in _listed(value) if getattr(v, "type", None) == "tool" and getattr(v, "tool_call_id", None)]
 
 
 class _History:
@@ -768,7 +773,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
         # the records do not tell which node asked, a stopped task shows the journal's answers as
         # its pending writes.
         asked = next(i for i, m in enumerate(messages) if owed[0] in {c.get("id") for c in _calls_of(m)})
-        back_to = self._asker(history, event, asked) if tasks else None
+        asker = getattr(messages[asked], "id", None)
+        back_to = self._asker(session_id, history, event, asked, asker) if tasks else None
         ran = {task_id for task_id, _answers in tasks}
         if back_to is not None:
             # A finished task's writes of its own (a ``Command(update=..., goto=...)``: state
@@ -788,7 +794,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 if task_id in ran and ch == channel:
                     rest = [
                         m
-                        for m in (value if isinstance(value, (builtins.list, tuple)) else [value])
+                        for m in _listed(value)
                         if not (getattr(m, "type", None) == "tool" and getattr(m, "tool_call_id", None) in shown)
                     ]
                     if rest:
@@ -843,11 +849,15 @@ class JournalSaver(BaseCheckpointSaver[str]):
             checkpoint["updated_channels"] = sorted({*checkpoint["updated_channels"], *new})
         self._folded[(session_id, ns, str(checkpoint["id"]))] = new
 
-    def _asker(self, history: _History, event: journal.Event, index: int) -> str | None:
-        """The node that asked for the calls of the ``AIMessage`` at ``index`` of the messages:
-        the one that ran in the step whose checkpoint first holds it (its parent's record counts
-        fewer messages), however many nodes ran after it (a human review between the model and
-        the tools). ``None`` when the records do not tell."""
+    def _asker(
+        self, session_id: str, history: _History, event: journal.Event, index: int, message_id: str | None
+    ) -> str | None:
+        """The node that asked for the calls of the ``AIMessage`` (``message_id``) at ``index``
+        of the messages: the one that ran in the step whose checkpoint first holds it (its
+        parent's record counts fewer messages), however many nodes ran after it (a human review
+        between the model and the tools); of several nodes that ran in that step (a ``goto`` of
+        an earlier tool's beside the model), the one whose task wrote the message. ``None`` when
+        the records do not tell."""
         record = event
         while (parent_id := record.data.get("parent_id")) is not None:
             ns = record.data["ns"]
@@ -855,9 +865,20 @@ class JournalSaver(BaseCheckpointSaver[str]):
             if parent is None:
                 return None
             if (parent.data.get("messages_mirrored") or [0])[0] <= index:
-                return projection.asking_node(
-                    self._decoded(record.data, "checkpoint"), self._decoded(parent.data, "checkpoint")
-                )
+                before = self._decoded(parent.data, "checkpoint")
+                ran = projection.ran_nodes(self._decoded(record.data, "checkpoint"), before)
+                if len(ran) < 2 or message_id is None:
+                    return ran[0] if len(ran) == 1 else None
+                step = int(self._decoded(parent.data, "metadata").get("step", -1)) + 1
+                writes = self._writes(session_id, history.writes_since(parent)).get((ns, parent_id), [])
+                wrote = {
+                    task
+                    for task, channel, value in writes
+                    if channel == self.messages_channel
+                    and any(getattr(m, "id", None) == message_id for m in _listed(value))
+                }
+                askers = [node for node in ran if _task_id(before, node, step) in wrote]
+                return askers[0] if len(askers) == 1 else None
             record = parent
         return None
 

@@ -141,16 +141,12 @@ def folded_nodes(checkpoint: Mapping[str, Any], values: Mapping[str, Any]) -> li
     )
 
 
-def asking_node(checkpoint: Mapping[str, Any], parent: Mapping[str, Any] | None) -> str | None:
-    """The node that ran in the step that made ``checkpoint`` (it saw new versions then), when
-    exactly one did and it has a trigger channel: the node that asked for the calls."""
-    if parent is None:
-        return None
+def ran_nodes(checkpoint: Mapping[str, Any], parent: Mapping[str, Any]) -> list[str]:
+    """The nodes that ran in the step that made ``checkpoint`` (they saw new versions then) and
+    have a trigger channel: those of them that asked for its calls."""
     now, before = checkpoint.get("versions_seen", {}), parent.get("versions_seen", {})
-    ran: list[str] = [n for n in now if n not in _NOT_NODES and now[n] != before.get(n)]
-    if len(ran) == 1 and BRANCH + ran[0] in checkpoint.get("channel_versions", {}):
-        return ran[0]
-    return None
+    versions = checkpoint.get("channel_versions", {})
+    return [n for n in now if n not in _NOT_NODES and now[n] != before.get(n) and BRANCH + n in versions]
 
 
 def projected_writes(
