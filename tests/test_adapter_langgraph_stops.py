@@ -464,22 +464,50 @@ def test_g5_an_answer_given_after_a_crash_takes_the_place_of_the_one_the_read_sh
 # -- a tool node inside a subgraph ----------------------------------------------------------------------
 
 
-def subgraph_graph(db: str, ledger_path: str, *, kill: bool = False) -> tuple[Any, OneCall]:
+class DiesOnceTheSubgraphsAnswerIsWritten(JournalSaver):
+    """Dies right after LangGraph stored a subgraph's tool task's answer, before the subgraph's
+    next checkpoint: the answer is a pending write only, stored without an id (as LangGraph
+    stores it when its loop has not given the message one yet: a race seen in outside runs)."""
+
+    def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+        answer = bool(config["configurable"].get("checkpoint_ns")) and any(
+            channel == "messages" and any(getattr(m, "type", None) == "tool" for m in value)
+            for channel, value in writes
+        )
+        if answer:
+            writes = [
+                (ch, [m.model_copy(update={"id": None}) for m in value] if ch == "messages" else value)
+                for ch, value in writes
+            ]
+        super().put_writes(config, writes, task_id, task_path)
+        if answer:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def subgraph_graph(
+    db: str, ledger_path: str, *, kill: bool = False, written: bool = False, answered: bool = False
+) -> tuple[Any, OneCall]:
     """An outer graph whose one node is a compiled agent -> tools loop (its checkpoints live in
     a namespace of their own); ``pay`` records its payment, and with ``kill`` its process dies
-    after paying."""
+    after paying (``written``: once its answer is stored, a pending write of the subgraph's;
+    ``answered``: in the model's call that follows the answer, stored in the subgraph's state)."""
     ledger, model = Ledger(ledger_path), OneCall()
 
     @tool
     def pay(cents: int, ref: str) -> str:
         """Pay an amount, in cents, once per ref."""
         ledger.record(cents=cents, ref=ref)
-        if kill:
+        if kill and not written and not answered:
             os.kill(os.getpid(), signal.SIGKILL)
         return f"paid {cents}"
 
+    def agent(state: MessagesState) -> dict[str, Any]:
+        if kill and answered and state["messages"][-1].type == "tool":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return {"messages": [model.invoke(state["messages"])]}
+
     inner = StateGraph(MessagesState)
-    inner.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
+    inner.add_node("agent", agent)
     inner.add_node("tools", ToolNode([pay]))
     inner.add_edge(START, "agent")
     inner.add_conditional_edges("agent", tools_condition)
@@ -487,14 +515,17 @@ def subgraph_graph(db: str, ledger_path: str, *, kill: bool = False) -> tuple[An
     outer = StateGraph(MessagesState)
     outer.add_node("assistant", inner.compile())
     outer.add_edge(START, "assistant")
-    return outer.compile(checkpointer=JournalSaver(db)), model
+    saver = DiesOnceTheSubgraphsAnswerIsWritten(db) if kill and written else JournalSaver(db)
+    return outer.compile(checkpointer=saver), model
 
 
 SUBGRAPH_CHILD = """
 import sys
 from tests.test_adapter_langgraph_stops import THREAD, subgraph_graph
 
-graph, _ = subgraph_graph(sys.argv[1], sys.argv[2], kill=True)
+graph, _ = subgraph_graph(
+    sys.argv[1], sys.argv[2], kill=True, written=sys.argv[3:] == ["written"], answered=sys.argv[3:] == ["answered"]
+)
 graph.invoke({"messages": [("user", "pay the bill")]}, THREAD, durability="sync")
 """
 
@@ -573,6 +604,59 @@ def test_g9_a_subgraphs_recovered_exchange_is_in_the_roots_messages_for_a_new_in
     assert _one_answer_each(final) and len({m.id for m in final}) == len(final)
     j = graph.checkpointer.journal
     assert j.scan().clean and j.check() == []
+    graph.checkpointer.close()
+
+
+@pytest.mark.parametrize("restart", ["invoke_none", "new_input", "head_config"])
+def test_g9_a_subgraphs_answer_stored_only_as_a_pending_write_is_one_message_in_the_root(
+    tmp_path: Path, restart: str
+) -> None:
+    """The subgraph's tool returned and its answer was stored (a pending write, without an id),
+    then the process died. The root reads with the exchange lifted (nothing for recovery to
+    answer: no live run goes on), and every copy of the answer -- the root's, the subgraph's
+    resumed state, its return -- is one message: one answer for the call in the root, after any
+    restart (the root had two, with different ids, once the subgraph returned)."""
+    db, ledger = tmp_path / "j.db", tmp_path / "ledger"
+    done = run_child(SUBGRAPH_CHILD, str(db), str(ledger), "written")
+    assert done.returncode == -signal.SIGKILL, (done.stdout, done.stderr)
+    graph, model = subgraph_graph(str(db), str(ledger))
+    shown = graph.get_state(THREAD).values["messages"]
+    assert [(m.type, m.content) for m in shown][1:] == [("ai", ""), ("tool", "paid 4200")]
+    if restart == "new_input":
+        graph.invoke({"messages": [("user", "did the payment go through?")]}, THREAD, durability="sync")
+    else:
+        RESTARTS[restart](db, graph)
+    paid = [e["ref"] for e in Ledger(ledger).entries()]
+    assert paid[:1] == ["call-1"] and paid.count("call-1") == 1
+    assert [m.type for m in model.inputs[0]][:3] == ["human", "ai", "tool"] and _one_answer_each(model.inputs[0])
+    final = graph.get_state(THREAD).values["messages"]
+    assert _one_answer_each(final) and len({m.id for m in final}) == len(final)
+    graph.checkpointer.close()
+
+
+@pytest.mark.parametrize("restart", ["new_input", "head_config"])
+def test_g9_a_subgraph_killed_in_its_model_after_its_tool_answered_is_in_the_roots_messages(
+    tmp_path: Path, restart: str
+) -> None:
+    """Killed in the subgraph's model call after its tool paid and its answer was stored in the
+    subgraph's state: nothing is owed, so recovery answers nothing; no live run goes on, so the
+    root reads with the subgraph's exchange, and a new input or a replay of the root hands the
+    model the paid call (it was handed the thread without it, and a replay paid again)."""
+    db, ledger = tmp_path / "j.db", tmp_path / "ledger"
+    done = run_child(SUBGRAPH_CHILD, str(db), str(ledger), "answered")
+    assert done.returncode == -signal.SIGKILL, (done.stdout, done.stderr)
+    graph, model = subgraph_graph(str(db), str(ledger))
+    assert [m.type for m in graph.get_state(THREAD).values["messages"]] == ["human", "ai", "tool"]
+    if restart == "new_input":
+        graph.invoke({"messages": [("user", "did the payment go through?")]}, THREAD, durability="sync")
+    else:
+        RESTARTS[restart](db, graph)
+    paid = [e["ref"] for e in Ledger(ledger).entries()]
+    assert paid[:1] == ["call-1"] and paid.count("call-1") == 1
+    seen = model.inputs[0]
+    assert [(m.type, m.content) for m in seen][1:3] == [("ai", ""), ("tool", "paid 4200")]
+    final = graph.get_state(THREAD).values["messages"]
+    assert _one_answer_each(final) and len({m.id for m in final}) == len(final)
     graph.checkpointer.close()
 
 

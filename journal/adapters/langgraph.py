@@ -101,10 +101,13 @@ A subgraph's messages are typed events too (each once: the root's copy of a mess
 returned is the same event), so a tool node inside a subgraph has the same barrier, and its head in
 its namespace reads with recovery's answers as the root's does: ``invoke(None)`` after any recovery
 goes on in the subgraph without running the tool again. LangGraph's root holds a subgraph's
-messages only once it returns; the root's head reads with the recovered subgraph's exchange after
-its own messages (when the subgraph's messages go on from the root's, as a node sharing its
-``messages`` does), so a new input, or a run from the root head's own config (LangGraph replays the
-subgraph from its start, from those messages), hands the model the call answered. A tool task that
+messages only once it returns; the root's head reads with the exchange of a subgraph that died
+under it (recovery answered a call in it, or no live run goes on) after its own messages, each
+subgraph's in turn (when its messages go on from the root's, as a node sharing its ``messages``
+does; a node function that passes the subgraph a part of them, or keeps some of its messages
+to itself, is shown them too), so a new input, or a run from the root head's own config
+(LangGraph replays the subgraph from its start, from those messages), hands the model the call
+answered. Not a subgraph inside a subgraph: its exchange reaches neither. A tool task that
 finished and wrote state of its own besides its answers (``Command(update=...)``) reads as run too:
 that state is the head's null writes, which LangGraph applies before the next step (every run from
 the head, a replay included; ``get_state`` shows them) and ``repair`` hands over with the answers
@@ -179,6 +182,7 @@ RESUME = "__resume__"  # a resume: Command(resume=...)'s (null task), or a task'
 assert INTERRUPT in WRITES_IDX_MAP and RESUME in WRITES_IDX_MAP
 CHECKPOINT = "x.langgraph.checkpoint"
 WRITE = "x.langgraph.write"
+SAVED_ID = "journal-saved:"  # the id a read gives an answer a task stored without one (see _project)
 NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"  # where LangGraph stores a resume no task took yet
 TASKS = "__pregel_tasks"  # the channel of the Send packets the next step runs, a task each
 DELETE = "x.langgraph.delete"
@@ -609,6 +613,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
         channel = self.messages_channel
         if channel is None or not isinstance(messages := checkpoint["channel_values"].get(channel), builtins.list):
             return
+        root = messages
+        live: bool | None = None  # whether a live process drives the thread's turn
         heads: dict[str, journal.Event] = {}  # each subgraph namespace's newest checkpoint since
         hidden: set[tuple[str, str]] | None = None
         for newer in history:
@@ -624,13 +630,22 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 continue
             writes = self._writes(session_id, history.writes_since(head)).get((ns, head.data["id"]), [])
             shown, added = self._tuple(thread_id, session_id, head, writes, history)
+            if not added:  # nothing recovery answered in it: lifted only when no live run goes on
+                if live is None:
+                    live = self.journal.turn_state(session_id) is not None
+                if live:
+                    continue
             inner = shown.checkpoint["channel_values"].get(channel)
-            ids = [getattr(m, "id", None) for m in messages]
-            if not added or not isinstance(inner, builtins.list) or None in ids:
+            ids = [getattr(m, "id", None) for m in root]
+            if not isinstance(inner, builtins.list) or None in ids:
                 continue
-            if [getattr(m, "id", None) for m in inner[: len(messages)]] != ids:
+            if [getattr(m, "id", None) for m in inner[: len(root)]] != ids:
                 continue  # not the root's messages gone on: a subgraph of a state of its own
-            messages = [*messages, *inner[len(messages) :]]
+            known = {getattr(m, "id", None) for m in messages}
+            lifted = inner[len(root) :]
+            if any(getattr(m, "id", None) is None for m in lifted):
+                continue  # a message without an id would be a second copy once the subgraph returns
+            messages = [*messages, *(m for m in lifted if m.id not in known)]
         checkpoint["channel_values"][channel] = messages
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -747,6 +762,13 @@ class JournalSaver(BaseCheckpointSaver[str]):
         if not owed:
             return writes, []
         saved = {m.tool_call_id: m for _task, ch, value in writes if ch == channel for m in _tool_messages(value)}
+        for message in saved.values():
+            if getattr(message, "id", None) is None:
+                # An answer a task stored without an id gets one here, a function of its call:
+                # every copy of it a read shows (in the values, in the pending writes, in the root
+                # that a subgraph's exchange is lifted into, in the subgraph's own return) is then
+                # the same message to ``add_messages``, never a second answer with a fresh id.
+                message.id = SAVED_ID + str(message.tool_call_id)
         results = _journal_results(self.journal, session_id, set(owed) - set(saved))
         answered = projection.answer(messages, saved, results)
         if answered is None:
