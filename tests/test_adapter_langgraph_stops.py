@@ -616,8 +616,15 @@ def test_g9_a_subgraphs_answer_stored_only_as_a_pending_write_is_one_message_in_
     answer: no live run goes on), and every copy of the answer -- the root's, the subgraph's
     resumed state, its return -- is one message: one answer for the call in the root, after any
     restart (the root had two, with different ids, once the subgraph returned)."""
+    _the_subgraphs_paid_call_is_shown_once(tmp_path, "written", restart)
+
+
+def _the_subgraphs_paid_call_is_shown_once(tmp_path: Path, where: str, restart: str) -> None:
+    """Killed ``where`` in the subgraph (``SUBGRAPH_CHILD``) after its tool paid and answered,
+    then restarted: the root reads with the paid exchange, the call is paid once, the model's
+    first input holds it answered by the tool, and the root ends with each message once."""
     db, ledger = tmp_path / "j.db", tmp_path / "ledger"
-    done = run_child(SUBGRAPH_CHILD, str(db), str(ledger), "written")
+    done = run_child(SUBGRAPH_CHILD, str(db), str(ledger), where)
     assert done.returncode == -signal.SIGKILL, (done.stdout, done.stderr)
     graph, model = subgraph_graph(str(db), str(ledger))
     shown = graph.get_state(THREAD).values["messages"]
@@ -628,7 +635,8 @@ def test_g9_a_subgraphs_answer_stored_only_as_a_pending_write_is_one_message_in_
         RESTARTS[restart](db, graph)
     paid = [e["ref"] for e in Ledger(ledger).entries()]
     assert paid[:1] == ["call-1"] and paid.count("call-1") == 1
-    assert [m.type for m in model.inputs[0]][:3] == ["human", "ai", "tool"] and _one_answer_each(model.inputs[0])
+    seen = model.inputs[0]
+    assert [(m.type, m.content) for m in seen][1:3] == [("ai", ""), ("tool", "paid 4200")] and _one_answer_each(seen)
     final = graph.get_state(THREAD).values["messages"]
     assert _one_answer_each(final) and len({m.id for m in final}) == len(final)
     graph.checkpointer.close()
@@ -642,22 +650,7 @@ def test_g9_a_subgraph_killed_in_its_model_after_its_tool_answered_is_in_the_roo
     subgraph's state: nothing is owed, so recovery answers nothing; no live run goes on, so the
     root reads with the subgraph's exchange, and a new input or a replay of the root hands the
     model the paid call (it was handed the thread without it, and a replay paid again)."""
-    db, ledger = tmp_path / "j.db", tmp_path / "ledger"
-    done = run_child(SUBGRAPH_CHILD, str(db), str(ledger), "answered")
-    assert done.returncode == -signal.SIGKILL, (done.stdout, done.stderr)
-    graph, model = subgraph_graph(str(db), str(ledger))
-    assert [m.type for m in graph.get_state(THREAD).values["messages"]] == ["human", "ai", "tool"]
-    if restart == "new_input":
-        graph.invoke({"messages": [("user", "did the payment go through?")]}, THREAD, durability="sync")
-    else:
-        RESTARTS[restart](db, graph)
-    paid = [e["ref"] for e in Ledger(ledger).entries()]
-    assert paid[:1] == ["call-1"] and paid.count("call-1") == 1
-    seen = model.inputs[0]
-    assert [(m.type, m.content) for m in seen][1:3] == [("ai", ""), ("tool", "paid 4200")]
-    final = graph.get_state(THREAD).values["messages"]
-    assert _one_answer_each(final) and len({m.id for m in final}) == len(final)
-    graph.checkpointer.close()
+    _the_subgraphs_paid_call_is_shown_once(tmp_path, "answered", restart)
 
 
 # -- a tool that wrote state of its own (``Command(update=...)``) ---------------------------------------
