@@ -624,14 +624,15 @@ class JournalSaver(BaseCheckpointSaver[str]):
     def _lift(
         self, thread_id: str, session_id: str, history: _History, event: journal.Event, checkpoint: dict[str, Any]
     ) -> None:
-        """The exchange of a subgraph that ran from this root checkpoint and was recovered (a tool
-        inside it killed, say: its head in its namespace reads with the journal's answers), shown in
-        the root's messages too, after them: LangGraph's root holds a subgraph's messages only
-        once it returns, so a new input or a replay of the root would hand the model the thread
-        without the call and its answer, and a model asking again would pay again. Only a
-        subgraph whose messages go on from the root's (the same messages, by id: a subgraph node
-        sharing the root's ``messages``) is shown so; ``invoke(None)`` resumes it and its return
-        replaces the same messages (``add_messages`` matches ids)."""
+        """The exchange of a subgraph that ran from this root checkpoint and died under it (a tool
+        inside it killed: its head in its namespace reads with the journal's answers; or no live
+        run goes on), shown in the root's messages too, after them, each subgraph's in turn:
+        LangGraph's root holds a subgraph's messages only once it returns, so a new input or a
+        replay of the root would hand the model the thread without the call and its answer, and
+        a model asking again would pay again. Only a subgraph whose messages go on from the
+        root's (the same messages, by id: a subgraph node sharing the root's ``messages``) is
+        shown so; ``invoke(None)`` resumes it and its return replaces the same messages
+        (``add_messages`` matches ids)."""
         channel = self.messages_channel
         if channel is None or not isinstance(messages := checkpoint["channel_values"].get(channel), builtins.list):
             return
@@ -812,10 +813,10 @@ class JournalSaver(BaseCheckpointSaver[str]):
         # are the writes it stored) and one that stopped without finishing -- it raised (its error
         # write), or paused at ``interrupt()`` and was resumed, or recovered, after it -- alike:
         # their writes and a resume waiting for them go, and no path, a replay from the head's own
-        # config included, runs the tool again. A task that wrote more than its answers and its
-        # edge (a state update of its own) keeps its writes for LangGraph to apply; then, or when
-        # the records do not tell which node asked, a stopped task shows the journal's answers as
-        # its pending writes.
+        # config included, runs the tool again; what a finished one wrote besides its answers
+        # (a state update, a ``goto``) stays, as the head's null writes. When the records do not
+        # tell which node asked, a finished task's writes are left for LangGraph to apply, and a
+        # stopped task shows the journal's answers as its pending writes.
         asked = next(i for i, m in enumerate(messages) if owed[0] in {c.get("id") for c in _calls_of(m)})
         asker = getattr(messages[asked], "id", None)
         back_to = self._asker(session_id, history, event, asked, asker) if tasks else None
