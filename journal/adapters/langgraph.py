@@ -27,8 +27,7 @@ is kept; any other becomes ``lg~`` + its SHA-256; the original is in the session
   channel: a ``HumanMessage`` is a ``user_message``; an ``AIMessage`` with tool calls opens a turn
   if none is open, and is an ``assistant_message`` with its ``tool_calls`` followed by one
   ``tool_call`` (a dispatch) per call; a ``ToolMessage`` is a ``tool_result`` (first write wins,
-  G5); an ``AIMessage`` without tool calls is an ``assistant_message`` and ends the open turn once
-  none of its calls is owed (a subgraph's model may answer while one side by side still runs a tool).
+  G5); an ``AIMessage`` without tool calls is an ``assistant_message`` and ends the open turn.
   Every derived event is keyed (by message id or call id), so a put seen twice adds nothing.
 
 ``put_writes`` stores each write as an ``x.langgraph.write`` event keyed by (namespace, checkpoint
@@ -266,10 +265,6 @@ class _Turn:
     open: bool
     number: int
     steps: int
-    # The open turn's calls still without an answer: a model's answer without calls ends the turn
-    # only once none is owed (another subgraph's model may answer while a parallel one's tool runs).
-    owed: set[str] = attrs.field(factory=set)
-    answered: set[str] = attrs.field(factory=set)  # results seen in this batch before their call
 
 
 def _derive(messages: Sequence[Any], start: int, turn: _Turn) -> list[tuple[str, dict[str, Any], str | None]]:
@@ -287,8 +282,6 @@ def _derive(messages: Sequence[Any], start: int, turn: _Turn) -> list[tuple[str,
             items.append(("system_message", {"content": _content(message.content)}, key))
         elif kind == "tool":
             items.append(("tool_result", _result(message), key))
-            turn.owed.discard(str(message.tool_call_id))
-            turn.answered.add(str(message.tool_call_id))
         elif kind in ("ai", "AIMessageChunk"):
             calls = [
                 {"id": c["id"], "name": c["name"], "arguments": c.get("args", {})}
@@ -309,29 +302,14 @@ def _derive(messages: Sequence[Any], start: int, turn: _Turn) -> list[tuple[str,
                 turn.steps += 1
                 items.append(("assistant_message", {**data, "tool_calls": calls}, key))
                 items.extend(("tool_call", call, _key("lg.d", call["id"])) for call in calls)
-                turn.owed.update(str(call["id"]) for call in calls if str(call["id"]) not in turn.answered)
             else:
                 items.append(("assistant_message", data, key))
-                if turn.open and not turn.owed:
+                if turn.open:
                     turn.steps += 1
                     end = {"turn": turn.number, "steps": turn.steps, "reason": "complete"}
                     items.append(("turn_end", end, _key("lg.te", ident)))
                     turn.open = False
     return items
-
-
-def _ends(message: Any) -> bool:
-    """Whether a message is a model's answer without calls (what ends an open turn)."""
-    return getattr(message, "type", None) in ("ai", "AIMessageChunk") and not getattr(message, "tool_calls", None)
-
-
-def _owed_since(j: journal.Journal, session_id: str, start_seq: int) -> set[str]:
-    """The calls asked for since ``start_seq`` (an open turn's start) that have no result, stored
-    before or after it (under ``durability="async"`` a tool's result can be stored before its call)."""
-    asked: set[str] = set()
-    for event in j.events(session_id, since=start_seq, types=["assistant_message"]):
-        asked.update(str(c.get("id")) for c in event.data.get("tool_calls") or () if isinstance(c, dict))
-    return asked - set(_journal_results(j, session_id, asked))
 
 
 def _ident(message: Any, index: int) -> str:
@@ -1072,8 +1050,6 @@ class JournalSaver(BaseCheckpointSaver[str]):
         if open_turn is not None:
             steps = counter["steps"] if counter["turn"] == open_turn.turn else open_turn.steps
             turn = _Turn(True, open_turn.turn or counter["turn"], steps)
-            if any(_ends(m) for m in messages[start:]):  # the turn's calls still owed, read once
-                turn.owed = _owed_since(self.journal, session_id, open_turn.start_seq)
         else:
             turn = _Turn(False, counter["turn"], 0)
         before = (turn.open, turn.number, turn.steps)
