@@ -107,7 +107,11 @@ subgraph's in turn (when its messages go on from the root's, as a node sharing i
 does; a node function that passes the subgraph a part of them, or keeps some of its messages
 to itself, is shown them too), so a new input, or a run from the root head's own config
 (LangGraph replays the subgraph from its start, from those messages), hands the model the call
-answered. Not a subgraph inside a subgraph: its exchange reaches neither. A tool task that
+answered. Not a subgraph inside a subgraph: its exchange reaches neither. Two subgraphs side by
+side share the thread's one journal turn: the model of one answering (no calls) ends it while the
+other's tool may still run, and a kill then leaves that call dispatched in a closed turn, which
+recovery does not answer (a closed turn owing a result is not a crash; ``journal scan`` lists the
+call) and ``invoke(None)`` runs again. A tool task that
 finished and wrote state of its own besides its answers (``Command(update=...)``) reads as run too:
 that state is the head's null writes, which LangGraph applies before the next step (every run from
 the head, a replay included; ``get_state`` shows them) and ``repair`` hands over with the answers
