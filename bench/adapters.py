@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import sqlite3
@@ -137,6 +138,37 @@ def openai_sqlite(path: Path, steps: int) -> list[float]:
         SQLiteSession._configure_connection = staticmethod(configure)  # type: ignore[method-assign]
 
 
+def _interleaved(
+    where: Path, runs: dict[str, Callable[..., list[float]]], steps: int, rounds: int, fixed: dict[str, int]
+) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """Each contender's run of ``steps``, ``rounds`` times in alternating order (a file of its own
+    each time, named after ``where``): the median time per step of each round, and the bytes the
+    last round added beyond the contender's ``fixed`` size (its empty file)."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    added: dict[str, int] = {}
+    for r in range(rounds):
+        for name, run in list(runs.items())[:: 1 if r % 2 == 0 else -1]:
+            path = Path(f"{where}-{name}-{r}.db")
+            times[name].append(statistics.median(run(path, steps)))
+            checkpoint_file(path)
+            added[name] = file_bytes(path) - fixed[name]
+    return times, added
+
+
+def _figures(
+    times: dict[str, list[float]], added: dict[str, int], other: str, label: str, bytes_label: str
+) -> dict[str, Any]:
+    """One length's figures: each contender's median time per step, the bytes each added, and the
+    journal's bytes over the ``other`` contender's (``label`` in the keys)."""
+    return {
+        "journal ms per step": statistics.median(times["journal"]) * 1000,
+        f"{label} ms per step": statistics.median(times[other]) * 1000,
+        "journal bytes added": added["journal"],
+        bytes_label: added[other],
+        f"bytes, journal / {label}": added["journal"] / added[other],
+    }
+
+
 def openai_added(steps: tuple[int, ...] = (200, 1000), rounds: int = 3) -> dict[str, Any]:
     """The bytes an openai-agents run adds to an empty journal and to an empty ``SQLiteSession``
     file (each one's fixed size subtracted), and the median time per step, at each length;
@@ -160,21 +192,9 @@ def openai_added(steps: tuple[int, ...] = (200, 1000), rounds: int = 3) -> dict[
             checkpoint_file(empty)
             fixed[name] = file_bytes(empty)
         for n in steps:
-            times: dict[str, list[float]] = {"journal": [], "sqlite": []}
-            added: dict[str, int] = {}
-            for r in range(rounds):
-                for name, run in (("journal", openai_journal), ("sqlite", openai_sqlite))[:: 1 if r % 2 == 0 else -1]:
-                    path = Path(tmp) / f"openai-{name}-{n}-{r}.db"
-                    times[name].append(statistics.median(run(path, n)))
-                    checkpoint_file(path)
-                    added[name] = file_bytes(path) - fixed[name]
-            out[f"{n} steps"] = {
-                "journal ms per step": statistics.median(times["journal"]) * 1000,
-                "SQLiteSession ms per step": statistics.median(times["sqlite"]) * 1000,
-                "journal bytes added": added["journal"],
-                "SQLiteSession bytes added": added["sqlite"],
-                "bytes, journal / SQLiteSession": added["journal"] / added["sqlite"],
-            }
+            runs = {"journal": openai_journal, "sqlite": openai_sqlite}
+            times, added = _interleaved(Path(tmp) / f"openai-{n}", runs, n, rounds, fixed)
+            out[f"{n} steps"] = _figures(times, added, "sqlite", "SQLiteSession", "SQLiteSession bytes added")
     out["empty journal bytes"], out["empty SQLiteSession bytes"] = fixed["journal"], fixed["sqlite"]
     print(json.dumps(out, indent=2))
     return out
@@ -371,22 +391,13 @@ def claude_added(
         fixed = file_bytes(empty)
         for shape in shapes:
             for n in steps:
-                times: dict[str, list[float]] = {"journal": [], "jsonl": []}
-                added: dict[str, int] = {}
-                for r in range(rounds):
-                    runs = (("journal", claude_journal), ("jsonl", claude_jsonl))[:: 1 if r % 2 == 0 else -1]
-                    for name, run in runs:
-                        path = Path(tmp) / f"claude-{shape}-{name}-{n}-{r}.db"
-                        times[name].append(statistics.median(run(path, n, output, shape)))
-                        checkpoint_file(path)
-                        added[name] = file_bytes(path) - (fixed if name == "journal" else 0)
-                out[f"{shape} entries, {n} steps"] = {
-                    "journal ms per step": statistics.median(times["journal"]) * 1000,
-                    "jsonl ms per step": statistics.median(times["jsonl"]) * 1000,
-                    "journal bytes added": added["journal"],
-                    "jsonl bytes": added["jsonl"],
-                    "bytes, journal / jsonl": added["journal"] / added["jsonl"],
+                runs = {
+                    "journal": functools.partial(claude_journal, output=output, shape=shape),
+                    "jsonl": functools.partial(claude_jsonl, output=output, shape=shape),
                 }
+                where = Path(tmp) / f"claude-{shape}-{n}"
+                times, added = _interleaved(where, runs, n, rounds, {"journal": fixed, "jsonl": 0})
+                out[f"{shape} entries, {n} steps"] = _figures(times, added, "jsonl", "jsonl", "jsonl bytes")
     out["empty journal bytes"] = fixed
     print(json.dumps(out, indent=2))
     return out
