@@ -713,12 +713,12 @@ class JournalRunHooks(RunHooks[Any]):
         if not isinstance(call_id, str) or (self._turn is None and call_id not in self._out):
             return
         self._out.discard(call_id)
-        if self._turn is None:  # the turn was closed under the tool (its answer: MAY have run)
-            await self._call("put_result", self.session.journal_id, call_id, _output(context, tool, result))
-            return
-        self._running = max(0, self._running - 1)
+        closed = self._turn is None  # closed under the tool (its answer: MAY have run): kept late
+        if not closed:
+            self._running = max(0, self._running - 1)
         outcome = await self._call("put_result", self.session.journal_id, call_id, _output(context, tool, result))
-        self._note(outcome.event, outcome.late)
+        if not closed:
+            self._note(outcome.event, outcome.late)
 
     async def on_agent_end(self, context: Any, agent: Any, output: Any) -> None:
         self.ending = True  # the runner saves the final items next; add_items ends the turn
