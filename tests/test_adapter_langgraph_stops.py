@@ -485,12 +485,13 @@ class DiesOnceTheSubgraphsAnswerIsWritten(JournalSaver):
 
 
 def subgraph_graph(
-    db: str, ledger_path: str, *, kill: bool = False, written: bool = False, answered: bool = False
+    db: str, ledger_path: str, *, kill: bool = False, written: bool = False, answered: bool = False, depth: int = 1
 ) -> tuple[Any, OneCall]:
     """An outer graph whose one node is a compiled agent -> tools loop (its checkpoints live in
-    a namespace of their own); ``pay`` records its payment, and with ``kill`` its process dies
-    after paying (``written``: once its answer is stored, a pending write of the subgraph's;
-    ``answered``: in the model's call that follows the answer, stored in the subgraph's state)."""
+    a namespace of their own; ``depth`` 2: inside a middle subgraph of one node); ``pay``
+    records its payment, and with ``kill`` its process dies after paying (``written``: once its
+    answer is stored, a pending write of the subgraph's; ``answered``: in the model's call that
+    follows the answer, stored in the subgraph's state)."""
     ledger, model = Ledger(ledger_path), OneCall()
 
     @tool
@@ -512,8 +513,14 @@ def subgraph_graph(
     inner.add_edge(START, "agent")
     inner.add_conditional_edges("agent", tools_condition)
     inner.add_edge("tools", "agent")
+    node = inner.compile()
+    for _ in range(depth - 1):
+        middle = StateGraph(MessagesState)
+        middle.add_node("assistant", node)
+        middle.add_edge(START, "assistant")
+        node = middle.compile()
     outer = StateGraph(MessagesState)
-    outer.add_node("assistant", inner.compile())
+    outer.add_node("assistant", node)
     outer.add_edge(START, "assistant")
     saver = DiesOnceTheSubgraphsAnswerIsWritten(db) if kill and written else JournalSaver(db)
     return outer.compile(checkpointer=saver), model
@@ -651,6 +658,45 @@ def test_g9_a_subgraph_killed_in_its_model_after_its_tool_answered_is_in_the_roo
     root reads with the subgraph's exchange, and a new input or a replay of the root hands the
     model the paid call (it was handed the thread without it, and a replay paid again)."""
     _the_subgraphs_paid_call_is_shown_once(tmp_path, "answered", restart)
+
+
+NESTED_CHILD = """
+import sys
+from tests.test_adapter_langgraph_stops import THREAD, subgraph_graph
+
+graph, _ = subgraph_graph(sys.argv[1], sys.argv[2], kill=True, depth=2)
+graph.invoke({"messages": [("user", "pay the bill")]}, THREAD, durability="sync")
+"""
+
+
+@pytest.mark.parametrize("restart", ["invoke_none", "new_input", "head_config"])
+def test_g9_a_subgraph_inside_a_subgraph_killed_after_paying_is_in_the_roots_messages(
+    tmp_path: Path, restart: str
+) -> None:
+    """The agent loop runs two subgraphs deep (root -> middle -> agent loop), and its tool died
+    after paying. Its exchange comes up through the middle subgraph's head into the root's: a
+    new input hands the model the call answered (it was handed the thread without it and asked
+    again), a replay from the root head's own config does not pay again (it replayed the inner
+    subgraph from its start), and ``invoke(None)`` goes on in the inner one."""
+    db, ledger = tmp_path / "j.db", tmp_path / "ledger"
+    done = run_child(NESTED_CHILD, str(db), str(ledger))
+    assert done.returncode == -signal.SIGKILL, (done.stdout, done.stderr)
+    graph, model = subgraph_graph(str(db), str(ledger), depth=2)
+    shown = graph.get_state(THREAD).values["messages"]
+    assert [m.type for m in shown] == ["human", "ai", "tool"] and "MAY have run" in str(shown[-1].content)
+    if restart == "new_input":
+        graph.invoke({"messages": [("user", "did the payment go through?")]}, THREAD, durability="sync")
+    else:
+        RESTARTS[restart](db, graph)
+    assert [e["ref"] for e in Ledger(ledger).entries()].count("call-1") == 1
+    seen = model.inputs[0]
+    assert [m.type for m in seen][:3] == ["human", "ai", "tool"] and _one_answer_each(seen)
+    assert "MAY have run" in str(seen[2].content)
+    final = graph.get_state(THREAD).values["messages"]
+    assert _one_answer_each(final) and len({m.id for m in final}) == len(final)
+    j = graph.checkpointer.journal
+    assert j.scan().clean and j.check() == []
+    graph.checkpointer.close()
 
 
 # -- a tool that wrote state of its own (``Command(update=...)``) ---------------------------------------

@@ -107,7 +107,7 @@ subgraph's in turn (when its messages go on from the root's, as a node sharing i
 does; a node function that passes the subgraph a part of them, or keeps some of its messages
 to itself, is shown them too), so a new input, or a run from the root head's own config
 (LangGraph replays the subgraph from its start, from those messages), hands the model the call
-answered. Not a subgraph inside a subgraph: its exchange reaches neither. Two subgraphs side by
+answered; a subgraph inside a subgraph the same way, through its parent. Two subgraphs side by
 side share the thread's one journal turn: the model of one answering (no calls) ends it while the
 other's tool may still run, and a kill then leaves that call dispatched in a closed turn, which
 recovery does not answer (a closed turn owing a result is not a crash; ``journal scan`` lists the
@@ -592,8 +592,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         added: builtins.list[Any] = []
         if history is not None:
             writes, added = self._project(session_id, history, event, checkpoint, writes)
-            if ns == "":
-                self._lift(thread_id, session_id, history, event, checkpoint)
+            self._lift(thread_id, session_id, history, event, checkpoint)
         found = CheckpointTuple(
             config=_config(thread_id, ns, checkpoint["id"]),
             checkpoint=checkpoint,  # type: ignore[arg-type]
@@ -606,19 +605,22 @@ class JournalSaver(BaseCheckpointSaver[str]):
     def _lift(
         self, thread_id: str, session_id: str, history: _History, event: journal.Event, checkpoint: dict[str, Any]
     ) -> None:
-        """The exchange of a subgraph that ran from this root checkpoint and died under it (a tool
-        inside it killed: its head in its namespace reads with the journal's answers; or no live
-        run goes on), shown in the root's messages too, after them, each subgraph's in turn:
-        LangGraph's root holds a subgraph's messages only once it returns, so a new input or a
-        replay of the root would hand the model the thread without the call and its answer, and
-        a model asking again would pay again. Only a subgraph whose messages go on from the
-        root's (the same messages, by id: a subgraph node sharing the root's ``messages``) is
+        """The exchange of a subgraph that ran from this head (the root's, or a subgraph's: the
+        namespace one level below) and died under it (a tool inside it killed: its head in its
+        namespace reads with the journal's answers; or no live run goes on), shown in this
+        head's messages too, after them, each subgraph's in turn: LangGraph's parent holds a
+        subgraph's messages only once it returns, so a new input or a replay of the root would
+        hand the model the thread without the call and its answer, and a model asking again
+        would pay again. The subgraph's head is read the same way (``_tuple``), so the exchange
+        of a subgraph inside it comes up through it. Only a subgraph whose messages go on from
+        its parent's (the same messages, by id: a subgraph node sharing the ``messages``) is
         shown so; ``invoke(None)`` resumes it and its return replaces the same messages
         (``add_messages`` matches ids)."""
         channel = self.messages_channel
         if channel is None or not isinstance(messages := checkpoint["channel_values"].get(channel), builtins.list):
             return
-        root = messages
+        root, here = messages, event.data["ns"]
+        below = f"{here}|" if here else ""  # the prefix of a namespace one level below this one
         live: bool | None = None  # whether a live process drives the thread's turn
         heads: dict[str, journal.Event] = {}  # each subgraph namespace's newest checkpoint since
         hidden: set[tuple[str, str]] | None = None
@@ -626,12 +628,12 @@ class JournalSaver(BaseCheckpointSaver[str]):
             if newer.seq <= event.seq:
                 break
             ns = newer.data["ns"]
-            if ns and "|" not in ns and ns not in heads:
+            if ns.startswith(below) and ns != here and "|" not in ns[len(below) :] and ns not in heads:
                 hidden = self._hidden(session_id) if hidden is None else hidden
                 if (ns, newer.data["id"]) not in hidden:
                     heads[ns] = newer
         for ns, head in heads.items():
-            if self._decoded(head.data, "metadata").get("parents", {}).get("") != checkpoint["id"]:
+            if self._decoded(head.data, "metadata").get("parents", {}).get(here) != checkpoint["id"]:
                 continue
             writes = self._writes(session_id, history.writes_since(head)).get((ns, head.data["id"]), [])
             shown, added = self._tuple(thread_id, session_id, head, writes, history)
