@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("langgraph.checkpoint.base", reason="the langgraph extra is not installed")
 
 from click.testing import CliRunner
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.graph import START, MessagesState, StateGraph
@@ -851,4 +851,170 @@ def test_g9_a_command_task_is_shown_run_when_another_node_ran_beside_the_model_t
         ["call-1", "call-2"],
     )
     assert graph.checkpointer.journal.scan().clean
+    graph.checkpointer.close()
+
+
+# -- two subgraphs side by side ---------------------------------------------------------------------
+
+
+class Prefixed(OneCall):
+    """``OneCall`` whose call ids start with ``prefix`` (two agents side by side ask their own)."""
+
+    prefix: str = ""
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        self.inputs.append(list(messages))
+        if messages[-1].type == "human":
+            ref = f"{self.prefix}{len(messages)}"
+            answer = AIMessage(content="", tool_calls=[{"id": ref, "name": "pay", "args": {"cents": 100, "ref": ref}}])
+        else:
+            answer = AIMessage(content=f"{self.prefix}done")
+        return ChatResult(generations=[ChatGeneration(message=answer)])
+
+
+def side_by_side(db: str, ledger_path: str, *, kill: bool = False) -> tuple[Any, dict[str, Prefixed]]:
+    """Two agent -> tools subgraphs run side by side from the root. With ``kill``, ``a``'s tool
+    pays once ``b``'s agent has answered (its turn-ending answer stored), then its process dies."""
+    ledger = Ledger(ledger_path)
+    models = {"a": Prefixed(prefix="a-"), "b": Prefixed(prefix="b-")}
+    outer = StateGraph(MessagesState)
+    for name, model in models.items():
+
+        @tool
+        def pay(cents: int, ref: str) -> str:
+            """Pay an amount, in cents, once per ref."""
+            if kill and ref.startswith("a-"):
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    with journal.open(db, readonly=True) as j:
+                        if any(e.data.get("content") == "b-done" for e in j.events("t1", types=["assistant_message"])):
+                            break
+                    time.sleep(0.02)
+            ledger.record(ref=ref)
+            if kill and ref.startswith("a-"):
+                os.kill(os.getpid(), signal.SIGKILL)
+            return f"paid {ref}"
+
+        inner = StateGraph(MessagesState)
+        inner.add_node("agent", lambda state, model=model: {"messages": [model.invoke(state["messages"])]})
+        inner.add_node("tools", ToolNode([pay]))
+        inner.add_edge(START, "agent")
+        inner.add_conditional_edges("agent", tools_condition)
+        inner.add_edge("tools", "agent")
+        outer.add_node(name, inner.compile())
+        outer.add_edge(START, name)
+    return outer.compile(checkpointer=JournalSaver(db)), models
+
+
+SIDE_BY_SIDE_CHILD = """
+import sys
+from tests.test_adapter_langgraph_stops import THREAD, side_by_side
+
+graph, _ = side_by_side(sys.argv[1], sys.argv[2], kill=True)
+graph.invoke({"messages": [("user", "pay both")]}, THREAD, durability="sync")
+"""
+
+
+@pytest.mark.parametrize("restart", ["invoke_none", "head_config", "cli_recover_then_new_input"])
+def test_g6_g9_a_subgraphs_answer_does_not_end_the_turn_while_a_side_by_side_ones_call_is_owed(
+    tmp_path: Path, restart: str
+) -> None:
+    """``b``'s model answered (no calls) while ``a``'s tool ran; ``a``'s process died after it
+    paid. ``b``'s answer ended the journal's turn with ``a-1`` dispatched and unanswered, so no
+    recovery answered it (a closed turn owing a result is not a crash) and ``invoke(None)`` ran
+    the tool again. The turn now ends only once no call of it is owed: recovery answers ``a-1``
+    (MAY have run), and no restart pays it twice."""
+    db, ledger = tmp_path / "j.db", tmp_path / "ledger"
+    done = run_child(SIDE_BY_SIDE_CHILD, str(db), str(ledger))
+    assert done.returncode == -signal.SIGKILL, (done.stdout, done.stderr)
+    with journal.open(db, readonly=True) as j:
+        assert [c.call_id for c in j.scan().pending_calls] == ["a-1"]
+        assert j.scan().open_turns  # b's answer did not end it (the two puts may each open one)
+    graph, models = side_by_side(str(db), str(ledger))
+    if restart == "cli_recover_then_new_input":
+        _cli_recover(db)
+        graph.invoke({"messages": [("user", "did both go through?")]}, THREAD, durability="sync")
+    else:
+        RESTARTS[restart](db, graph)
+    paid = [e["ref"] for e in Ledger(ledger).entries()]
+    assert paid.count("a-1") == 1 and paid.count("b-1") == 1
+    seen = models["a"].inputs[0]
+    assert _one_answer_each(seen) and "MAY have run" in str([m.content for m in seen if m.type == "tool"])
+    final = graph.get_state(THREAD).values["messages"]
+    assert _one_answer_each(final)
+    assert graph.checkpointer.journal.scan().clean
+    graph.checkpointer.close()
+
+
+class AsksOnce(Prefixed):
+    """``Prefixed`` that asks for a call the first time only, then answers without calls."""
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        if self.inputs:
+            self.inputs.append(list(messages))
+            return ChatResult(generations=[ChatGeneration(message=AIMessage(content=f"{self.prefix}done"))])
+        return super()._generate(messages, stop, run_manager, **kw)
+
+
+def dropped_beside(db: str, ledger_path: str) -> tuple[Any, dict[str, Prefixed]]:
+    """Two subgraphs side by side: ``b``'s review drops its model's call (``RemoveMessage``)
+    and its model answers without calls; ``a``'s tool pays once ``b`` has answered, then ``a``'s
+    model answers."""
+    from langchain_core.messages import RemoveMessage
+
+    ledger = Ledger(ledger_path)
+    models = {"a": Prefixed(prefix="a-"), "b": AsksOnce(prefix="b-")}
+
+    @tool
+    def pay(cents: int, ref: str) -> str:
+        """Pay an amount, in cents, once per ref."""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with journal.open(db, readonly=True) as j:
+                if any(e.data.get("content") == "b-done" for e in j.events("t1", types=["assistant_message"])):
+                    break
+            time.sleep(0.02)
+        ledger.record(ref=ref)
+        return f"paid {ref}"
+
+    def review(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [RemoveMessage(id=state["messages"][-1].id), HumanMessage("not that one")]}
+
+    a, b = StateGraph(MessagesState), StateGraph(MessagesState)
+    a.add_node("agent", lambda state: {"messages": [models["a"].invoke(state["messages"])]})
+    a.add_node("tools", ToolNode([pay]))
+    a.add_edge(START, "agent")
+    a.add_conditional_edges("agent", tools_condition)
+    a.add_edge("tools", "agent")
+    b.add_node("agent", lambda state: {"messages": [models["b"].invoke(state["messages"])]})
+    b.add_node("review", review)
+    b.add_edge(START, "agent")
+    b.add_conditional_edges("agent", tools_condition, {"tools": "review", "__end__": "__end__"})
+    b.add_edge("review", "agent")
+    outer = StateGraph(MessagesState)
+    outer.add_node("a", a.compile())
+    outer.add_node("b", b.compile())
+    outer.add_edge(START, "a")
+    outer.add_edge(START, "b")
+    return outer.compile(checkpointer=JournalSaver(db)), models
+
+
+def test_g9_a_call_a_subgraph_dropped_does_not_hold_the_turn_open_beside_another(tmp_path: Path) -> None:
+    """``b``'s review dropped its call and ``b``'s model answered; ``a`` answered after it. The
+    dropped call is no call still running beside ``a``: the turn ends with the run (a turn held
+    open over every owed call, the next read would have recovered it and answered the dropped
+    call "MAY have run" in a healthy conversation)."""
+    db, ledger = tmp_path / "j.db", tmp_path / "ledger"
+    graph, _ = dropped_beside(str(db), str(ledger))
+    graph.invoke({"messages": [("user", "pay both")]}, THREAD, durability="sync")
+    j = graph.checkpointer.journal
+    assert j.turn_state("t1") is None and [c.call_id for c in j.scan().pending_calls] == ["b-1"]
+    graph.invoke({"messages": [("user", "thanks")]}, THREAD, durability="sync")
+    shown = graph.get_state(THREAD).values["messages"]
+    assert "MAY have run" not in str([m.content for m in shown])
+    assert [e["ref"] for e in Ledger(ledger).entries()].count("a-1") == 1
     graph.checkpointer.close()

@@ -27,7 +27,9 @@ is kept; any other becomes ``lg~`` + its SHA-256; the original is in the session
   channel: a ``HumanMessage`` is a ``user_message``; an ``AIMessage`` with tool calls opens a turn
   if none is open, and is an ``assistant_message`` with its ``tool_calls`` followed by one
   ``tool_call`` (a dispatch) per call; a ``ToolMessage`` is a ``tool_result`` (first write wins,
-  G5); an ``AIMessage`` without tool calls is an ``assistant_message`` and ends the open turn.
+  G5); an ``AIMessage`` without tool calls is an ``assistant_message`` and ends the open turn
+  (in a subgraph: unless a subgraph running beside it still owes a call its model asked last;
+  a subgraph's calls and answers note its namespace and the root checkpoint it ran from).
   Every derived event is keyed (by message id or call id), so a put seen twice adds nothing.
 
 ``put_writes`` stores each write as an ``x.langgraph.write`` event keyed by (namespace, checkpoint
@@ -108,10 +110,9 @@ does; a node function that passes the subgraph a part of them, or keeps some of 
 to itself, is shown them too), so a new input, or a run from the root head's own config
 (LangGraph replays the subgraph from its start, from those messages), hands the model the call
 answered; a subgraph inside a subgraph the same way, through its parent. Two subgraphs side by
-side share the thread's one journal turn: the model of one answering (no calls) ends it while the
-other's tool may still run, and a kill then leaves that call dispatched in a closed turn, which
-recovery does not answer (a closed turn owing a result is not a crash; ``journal scan`` lists the
-call) and ``invoke(None)`` runs again. A tool task that
+side share the thread's one journal turn: the model of one answering (no calls) leaves it open
+while the other's latest calls are owed (its tool may still run: a kill there is recovered as any),
+and the last to answer ends it. A tool task that
 finished and wrote state of its own besides its answers (``Command(update=...)``) reads as run too:
 that state is the head's null writes, which LangGraph applies before the next step (every run from
 the head, a replay included; ``get_state`` shows them) and ``repair`` hands over with the answers
@@ -269,6 +270,16 @@ class _Turn:
     open: bool
     number: int
     steps: int
+    # Where the batch's messages come from: a subgraph's namespace and the root checkpoint it ran
+    # from (``parents[""]``), kept on the calls it asks (``_ASKED``); ``None``: the root's own.
+    asked: dict[str, str] | None = None
+    # The open turn's calls a task running beside this batch's asked and still owes: a model's
+    # answer without calls here does not end the turn over them (``_owed_beside``).
+    owed: set[str] = attrs.field(factory=set)
+
+
+# The metadata key of a subgraph's call: the namespace that asked and the root checkpoint it ran from.
+_ASKED = "langgraph"
 
 
 def _derive(messages: Sequence[Any], start: int, turn: _Turn) -> list[tuple[str, dict[str, Any], str | None]]:
@@ -286,6 +297,7 @@ def _derive(messages: Sequence[Any], start: int, turn: _Turn) -> list[tuple[str,
             items.append(("system_message", {"content": _content(message.content)}, key))
         elif kind == "tool":
             items.append(("tool_result", _result(message), key))
+            turn.owed.discard(str(message.tool_call_id))
         elif kind in ("ai", "AIMessageChunk"):
             calls = [
                 {"id": c["id"], "name": c["name"], "arguments": c.get("args", {})}
@@ -304,16 +316,44 @@ def _derive(messages: Sequence[Any], start: int, turn: _Turn) -> list[tuple[str,
                     turn.open, turn.number, turn.steps = True, turn.number + 1, 0
                     items.append(("turn_start", {"turn": turn.number}, _key("lg.ts", ident)))
                 turn.steps += 1
+                if turn.asked is not None:
+                    data["metadata"] = {_ASKED: turn.asked}  # where it was asked (``_owed_beside``)
                 items.append(("assistant_message", {**data, "tool_calls": calls}, key))
                 items.extend(("tool_call", call, _key("lg.d", call["id"])) for call in calls)
             else:
+                if turn.asked is not None:
+                    data["metadata"] = {_ASKED: turn.asked}
                 items.append(("assistant_message", data, key))
-                if turn.open:
+                if turn.open and not turn.owed:
                     turn.steps += 1
                     end = {"turn": turn.number, "steps": turn.steps, "reason": "complete"}
                     items.append(("turn_end", end, _key("lg.te", ident)))
                     turn.open = False
     return items
+
+
+def _owed_beside(j: journal.Journal, session_id: str, start_seq: int, asked: dict[str, str]) -> set[str]:
+    """The calls of the turn open since ``start_seq`` that a subgraph running beside the one
+    ``asked`` names asked (another namespace run from the same root checkpoint: a parallel
+    branch, or a subgraph its tool runs) in its latest model message, when they have no result
+    yet. A model's answer without calls in one subgraph does not end the turn over them: their
+    tool may still run, and a kill in it must find the turn open (recovery answers only an
+    interrupted turn's calls). Calls asked in this namespace, in an earlier step of the root, or
+    by a subgraph whose model has answered since, still end with the answer (a review may have
+    dropped them: a turn is not held open over them)."""
+    latest: dict[str, set[str]] = {}  # each namespace beside: the calls of its latest model message
+    for event in j.events(session_id, since=start_seq, types=["assistant_message"]):
+        where = (event.data.get("metadata") or {}).get(_ASKED)
+        if isinstance(where, dict) and where.get("from") == asked["from"] and where.get("ns") != asked["ns"]:
+            calls = event.data.get("tool_calls") or ()
+            latest[str(where.get("ns"))] = {str(c.get("id")) for c in calls if isinstance(c, dict)}
+    beside = set().union(*latest.values())
+    return beside - set(_journal_results(j, session_id, beside))
+
+
+def _ends(message: Any) -> bool:
+    """Whether a message is a model's answer without calls (what ends an open turn)."""
+    return getattr(message, "type", None) in ("ai", "AIMessageChunk") and not getattr(message, "tool_calls", None)
 
 
 def _ident(message: Any, index: int) -> str:
@@ -989,7 +1029,9 @@ class JournalSaver(BaseCheckpointSaver[str]):
             if named and channel not in new_versions and channel in values:
                 state[_value_key(ns, channel, version)] = _pack(self.serde.dumps_typed(values[channel]))
         native = (CHECKPOINT, data, _key("lg.c", ns, checkpoint["id"]))
-        derived, turn_state = self._mirror(session_id, ns, parent, values, new_versions, data)
+        origin = metadata.get("parents", {}).get("") if ns else None
+        asked = {"ns": ns, "from": str(origin)} if origin else None
+        derived, turn_state = self._mirror(session_id, ns, parent, values, new_versions, data, asked)
         try:
             self._append(session_id, thread_id, [native, *derived], {**state, **turn_state})
         except _MIRROR_ERRORS as exc:
@@ -1034,6 +1076,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         values: dict[str, Any],
         new_versions: ChannelVersions,
         data: dict[str, Any],
+        asked: dict[str, str] | None = None,
     ) -> tuple[builtins.list[Any], dict[str, Any]]:
         """The typed events of the messages this checkpoint adds (those after the prefix the
         journal holds, ``_mirrored``), and the turn counter's new state. Each record notes how
@@ -1055,9 +1098,11 @@ class JournalSaver(BaseCheckpointSaver[str]):
         counter = self.journal.state(session_id, keys=[_TURN_KEY]).get(_TURN_KEY) or {"turn": 0, "steps": 0}
         if open_turn is not None:
             steps = counter["steps"] if counter["turn"] == open_turn.turn else open_turn.steps
-            turn = _Turn(True, open_turn.turn or counter["turn"], steps)
+            turn = _Turn(True, open_turn.turn or counter["turn"], steps, asked)
+            if asked is not None and any(_ends(m) for m in messages[start:]):
+                turn.owed = _owed_beside(self.journal, session_id, open_turn.start_seq, asked)
         else:
-            turn = _Turn(False, counter["turn"], 0)
+            turn = _Turn(False, counter["turn"], 0, asked)
         before = (turn.open, turn.number, turn.steps)
         items = _derive(messages, start, turn)
         changed = before != (turn.open, turn.number, turn.steps)
