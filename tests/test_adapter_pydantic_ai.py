@@ -30,6 +30,7 @@ from pydantic_ai.messages import (
     ModelResponse,
     TextPart,
     ToolCallPart,
+    ToolReturn,
     ToolReturnPart,
     UserPromptPart,
 )
@@ -332,6 +333,66 @@ def test_parallel_calls_and_a_tool_retry_are_each_dispatched_once_and_answered(t
     assert j.events("bot-1", types=["tool_result_late"]) == []
     assert asyncio.run(jagent.history("bot-1")) == result.all_messages()
     assert j.scan().clean and j.check() == []
+    jagent.close()
+
+
+def test_a_model_that_numbers_its_calls_afresh_has_each_call_run_under_an_id_of_its_own(target: str) -> None:
+    """Some models give every response's first call the id ``call_0``, twice in one response
+    too. Each such call is a call of its own: it runs (the journal answered the second with the
+    first one's result, or refused it and left the session stuck on an unanswered call), and
+    the model is handed a valid history in every run."""
+    seen: list[list[ModelMessage]] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(list(messages))
+        last = messages[-1]
+        if isinstance(last, ModelRequest) and any(isinstance(p, UserPromptPart) for p in last.parts):
+            cents = len(seen)
+            twice = [ToolCallPart("pay", {"cents": cents}, "call_0"), ToolCallPart("pay", {"cents": -cents}, "call_0")]
+            return ModelResponse(parts=twice)
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent: Agent[None, str] = Agent(FunctionModel(model), name="renumbering")
+    paid: list[int] = []
+
+    @agent.tool_plain
+    def pay(cents: int) -> str:
+        paid.append(cents)
+        return f"paid {cents}"
+
+    jagent = JournalAgent(agent, target)
+    for prompt in ("first", "second", "third"):
+        assert jagent.run_sync(prompt, session_id="bot-1").output == "done"
+    assert sorted(paid) == [-5, -3, -1, 1, 3, 5]
+    assert all(orphans(history) == [] for history in seen)
+    history = asyncio.run(jagent.history("bot-1"))
+    ids = [p.tool_call_id for m in history for p in m.parts if isinstance(p, ToolCallPart)]
+    assert len(ids) == 6 and len(set(ids)) == 6 and ids[0] == "call_0" and orphans(history) == []
+    j = jagent.journal
+    assert isinstance(j, journal.Journal)
+    assert sorted(e.data["content"] for e in j.events("bot-1", types=["tool_result"])) == sorted(
+        f"paid {c}" for c in paid
+    )
+    assert j.scan().clean and j.check() == [] and j.events("bot-1", types=["tool_result_late"]) == []
+    jagent.close()
+
+
+def test_g5_a_tool_returning_tool_return_is_recorded_as_the_value_the_model_is_shown(target: str) -> None:
+    """A tool returning ``ToolReturn`` (a value for the model, content and metadata for the app):
+    its result is the value, as pydantic-ai shows the model (it was the whole object, and after
+    a crash the model was handed the app's metadata)."""
+    agent: Agent[None, str] = Agent(FunctionModel(Cashier()), name="receipts")
+
+    @agent.tool_plain
+    def pay(cents: int) -> ToolReturn:
+        return ToolReturn(return_value=f"paid {cents} cents", content="the receipt", metadata={"receipt": "R-1"})
+
+    jagent = JournalAgent(agent, target)
+    jagent.run_sync(FIRST, session_id="bot-1")
+    j = jagent.journal
+    assert isinstance(j, journal.Journal)
+    assert [e.data["content"] for e in j.events("bot-1", types=["tool_result"])] == ["paid 4200 cents"]
+    assert j.events("bot-1", types=["tool_result_late"]) == [] and j.check() == []
     jagent.close()
 
 

@@ -85,8 +85,11 @@ What it cannot do, honestly:
   ``RunUsage`` on each load); ``scope`` is refused.
 - Streaming (``run_stream``, ``iter``) goes through the same hooks but only ``run``/``run_sync``
   are tested; a run's events are not stored.
-- Tool call ids must be unique within a session: a reused id is refused at dispatch
-  (``AlreadyDispatched``) rather than run twice.
+- Tool call ids are unique within a session: a model that gives a call an id the session
+  already holds (some number their calls afresh in every response) has the call renamed with a
+  new id of pydantic-ai's kind as the response comes in, before anything stores or runs it (the
+  model is shown it under that id). A run fed a history holding one id twice by other means is
+  refused at dispatch (``AlreadyDispatched``) rather than answered with the other call's result.
 - A tool whose body raises ``ApprovalRequired`` was dispatched before it asked (the dispatch is
   committed before any body runs): the run given the approval refuses to run it again
   (``ApprovedAfterDispatch``, nothing run), since what the body did before it asked is unknown.
@@ -117,6 +120,7 @@ from journal.adapters import require
 require("pydantic_ai", "pydantic-ai")
 
 from pydantic_ai import Agent
+from pydantic_ai._utils import generate_tool_call_id
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.conversation_store import (
     ConversationConflict,
@@ -131,7 +135,7 @@ from pydantic_ai.durable_exec import (
     JournalOperationNamer,
     RoleBasedOperationConfig,
 )
-from pydantic_ai.messages import ModelMessage, ModelResponse, ToolReturnPart, repair_messages
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart, ToolReturn, ToolReturnPart, repair_messages
 from pydantic_ai.run import AgentRunResult
 
 import journal
@@ -375,7 +379,7 @@ class JournalDurability(BaseDurabilityCapability[Any]):
         run.steps, run.step_open = run.steps + 1, True
         if urgent:  # a new prompt: durable before the model is asked
             await self._flush()
-        response = await handler(request_context)
+        response = _fresh_call_ids(await handler(request_context), ctx.messages)
         # Stamped with the marks pydantic-ai puts on it when it enters the history (next, as the
         # history's next message: ``upto`` counts it stored). A response that asks for tools is
         # committed before any of them runs (each dispatch is its own synced commit after it);
@@ -401,7 +405,11 @@ class JournalDurability(BaseDurabilityCapability[Any]):
             raise
         self._note(dispatched.event)
         result = await handler(args)
-        part = ToolReturnPart(tool_name=call.tool_name, content=result, tool_call_id=call.tool_call_id)
+        # The return the model is shown, as pydantic-ai builds it: a ``ToolReturn``'s
+        # ``return_value`` (its ``content`` goes to the model as a user prompt of its own, its
+        # ``metadata`` to the app), so the stored message later derives the same result (G5).
+        value = result.return_value if isinstance(result, ToolReturn) else result
+        part = ToolReturnPart(tool_name=call.tool_name, content=value, tool_call_id=call.tool_call_id)
         data = result_data(part)
         outcome = await self._call(
             "put_result", run.sid, call.tool_call_id, data["content"], name=data.get("name"), is_error=False
@@ -468,6 +476,29 @@ class JournalDurability(BaseDurabilityCapability[Any]):
             self._note(*events)
             return events
         raise CountMismatch(run.sid, count, -1)  # pragma: no cover - a writer that never pauses
+
+
+def _fresh_call_ids(response: ModelResponse, history: Sequence[ModelMessage]) -> ModelResponse:
+    """``response`` with a new id (pydantic-ai's own kind) for each tool call whose id the
+    session's history, or an earlier call of the response, already holds: the journal keeps one
+    call per id in a session (a second would be answered with the first one's result, or
+    refused), and some models number their calls afresh in every response (``call_0``). The
+    model is shown its calls under the ids the history holds, so a renamed call and its return
+    stay one pair. A response whose ids are all new is returned as it is."""
+    calls = [p for p in response.parts if isinstance(p, ToolCallPart)]
+    if not calls:
+        return response
+    seen = {
+        p.tool_call_id for m in history if isinstance(m, ModelResponse) for p in m.parts if isinstance(p, ToolCallPart)
+    }
+    parts, changed = [], False
+    for part in response.parts:
+        if isinstance(part, ToolCallPart):
+            if part.tool_call_id in seen:
+                part, changed = dataclasses.replace(part, tool_call_id=generate_tool_call_id()), True
+            seen.add(part.tool_call_id)
+        parts.append(part)
+    return dataclasses.replace(response, parts=parts) if changed else response
 
 
 def _stamped(ctx: Any, request_context: Any, response: ModelResponse) -> ModelResponse:
