@@ -288,8 +288,15 @@ def test_g9_a_late_repair_after_a_plain_new_input_adds_nothing_and_the_answer_st
         assert kinds[:4] == ["human", "ai", "tool", "human"]  # the answer right after its call, before the input
         assert "MAY have run" in str(messages[2].content)
         assert valid(messages)
-        # The head the model built on holds the answer; the checkpoint of the crash reads as stored.
-        shapes = [[m.type for m in t.checkpoint["channel_values"].get("messages", [])] for t in saver.list(THREAD)]
-        assert ["human", "ai"] in shapes
+        # The head the model built on holds the answer, and so does every checkpoint before it: the
+        # crash's (the run built on its read) and the new input's first (it names the answered
+        # list's version; it read back as the list before recovery, and a fork from it handed the
+        # model an unanswered call).
+        listed = [t.checkpoint["channel_values"].get("messages", []) for t in saver.list(THREAD)]
+        assert all(valid(m) or (m[-1].tool_calls and valid(m[:-1])) for m in listed)  # (its calls still to run)
+        assert ["human", "ai", "tool", "human"] in [[m.type for m in m] for m in listed]
+        first = next(t for t in saver.list(THREAD) if t.metadata.get("source") == "input" and t.metadata["step"] > 0)
+        graph.invoke(None, first.config, durability="sync")  # a fork from the new input's first checkpoint
+        assert all(valid(sent) for sent in model.inputs)
         assert model.inputs and all(valid(sent) for sent in model.inputs)
         assert saver.journal.scan().clean and saver.journal.check() == []

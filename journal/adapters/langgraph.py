@@ -52,7 +52,10 @@ themselves (LangGraph drops pending writes when new input arrives), and the pend
 task reads as finished, going back to the node that asked. So ``get_state`` right after
 ``journal recover`` shows the call answered, ``graph.invoke(None)`` goes on to the model without
 running the tool again, and ``graph.invoke(new input)`` hands the model an answered transcript.
-Older checkpoints read as stored. With nothing run first, the head's read itself recovers the
+Older checkpoints read as stored, but for one a run built on (the parent of a checkpoint put
+after that read): it reads as it was shown, and so does its child, which names the answered
+list's version (a new input's first checkpoint, say: a fork from it hands the model no
+unanswered call). With nothing run first, the head's read itself recovers the
 thread's turn when the process that drove it is gone (the saver records its process as the turn's
 owner; a live one's turn, or another host's, is left alone): ``graph.invoke(None)`` or a new input
 right after a crash is answered the same way, never a second run of the tool.
@@ -822,6 +825,10 @@ class JournalSaver(BaseCheckpointSaver[str]):
             return writes, []
         values[channel], added = answered
         assert channel is not None
+        # The answered list under a version of its own: a child checkpoint that does not write
+        # the channel (a new input's, LangGraph's first of a run) names it, and stores it (``put``),
+        # so that checkpoint reads back answered too, not as the stored list before recovery.
+        self._made(session_id, event.data["ns"], checkpoint, [channel])
         metadata = self._decoded(event.data, "metadata")
         step = int(metadata.get("step", -1)) + 1
         # The tasks that run the answered calls next: one per ``Send`` of a call (a prebuilt
@@ -892,31 +899,37 @@ class JournalSaver(BaseCheckpointSaver[str]):
         LangGraph replays (it runs a pending task again, whatever its stored writes) -- goes on at
         that node. The versions made are a function of the checkpoint (every read shows the same),
         above all of its own, and kept for ``put`` of the child that still names them."""
-        values, versions = checkpoint["channel_values"], dict(checkpoint["channel_versions"])
+        values = checkpoint["channel_values"]
         seen = {name: dict(channels) for name, channels in checkpoint.get("versions_seen", {}).items()}
-        top = max((int(str(v).split(".")[0]) for v in versions.values()), default=0)
-
-        def made(channel: str) -> str:
-            digest = hashlib.sha256(f"{checkpoint['id']}\x00{channel}".encode()).hexdigest()
-            return f"{top + 1:032}.{int(digest[:13], 16):016}"
-
-        new: dict[str, str] = {}
         if node is not None:
             trigger = projection.BRANCH + node
-            seen.setdefault(node, {})[trigger] = versions[trigger]
+            seen.setdefault(node, {})[trigger] = checkpoint["channel_versions"][trigger]
+        checkpoint["versions_seen"] = seen
+        changed = []
         if sent:
             left = [p for i, p in enumerate(values.get(TASKS) or ()) if i not in sent]
             values.pop(TASKS, None)
             if left:
                 values[TASKS] = left
-            versions[TASKS] = new[TASKS] = made(TASKS)
+            changed.append(TASKS)
         edge = projection.BRANCH + back_to
         values[edge] = None
-        versions[edge] = new[edge] = made(edge)
-        checkpoint["channel_versions"], checkpoint["versions_seen"] = versions, seen
+        changed.append(edge)
+        self._made(session_id, ns, checkpoint, changed)
         if checkpoint.get("updated_channels"):  # the channels whose nodes LangGraph considers next
-            checkpoint["updated_channels"] = sorted({*checkpoint["updated_channels"], *new})
-        self._folded[(session_id, ns, str(checkpoint["id"]))] = new
+            checkpoint["updated_channels"] = sorted({*checkpoint["updated_channels"], *changed})
+
+    def _made(self, session_id: str, ns: str, checkpoint: dict[str, Any], channels: builtins.list[str]) -> None:
+        """Give ``channels`` (whose values a read changed in ``checkpoint``) new versions, each
+        a function of the checkpoint and the channel (every read shows the same), above all of
+        its own, and keep them for ``put`` of the child that still names them."""
+        versions = dict(checkpoint["channel_versions"])
+        top = max((int(str(v).split(".")[0]) for v in versions.values()), default=0)
+        new = self._folded.setdefault((session_id, ns, str(checkpoint["id"])), {})
+        for channel in channels:
+            digest = hashlib.sha256(f"{checkpoint['id']}\x00{channel}".encode()).hexdigest()
+            versions[channel] = new[channel] = f"{top + 1:032}.{int(digest[:13], 16):016}"
+        checkpoint["channel_versions"] = versions
 
     def _asker(
         self, session_id: str, history: _History, event: journal.Event, index: int, message_id: str | None
@@ -1024,7 +1037,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         if folded is not None:
             data["folded_parent"] = True  # the parent reads folded at every read (``_get``, ``list``)
         for channel, version in (folded or {}).items():
-            # A version a read made (``_fold``) that this child still names: stored with it.
+            # A version a read made (``_made``) that this child still names: stored with it.
             named = checkpoint["channel_versions"].get(channel) == version
             if named and channel not in new_versions and channel in values:
                 state[_value_key(ns, channel, version)] = _pack(self.serde.dumps_typed(values[channel]))
