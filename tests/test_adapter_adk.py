@@ -363,6 +363,68 @@ def test_g9_whichever_recovery_ran_get_session_shows_the_call_answered_right_aft
         assert j.scan().clean and all(not r.appended for r in j.recover())  # recovery ran once
 
 
+class Renumbering(BaseLlm):
+    """A model that numbers its calls afresh in every response, as some do: each user text asks
+    for two ``pay`` calls, both with the id ``call_0``; answered, it quotes the answers."""
+
+    model: str = "scripted-renumbering"
+    requests: list[list[types.Content]] = Field(default_factory=list)
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        contents = list(llm_request.contents)
+        self.requests.append(contents)
+        last = contents[-1]
+        if last.role == "user" and last.parts and last.parts[0].text:
+            cents = int(last.parts[0].text.split()[-1])
+            calls = [types.FunctionCall(id="call_0", name="pay", args={"cents": c}) for c in (cents, cents + 1)]
+            yield LlmResponse(content=types.Content(role="model", parts=[types.Part(function_call=c) for c in calls]))
+            return
+        said = [p.function_response.response for p in last.parts or [] if p.function_response]
+        yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text=f"the tool said {said}")]))
+
+
+def test_a_model_that_numbers_its_calls_afresh_has_each_call_run_under_an_id_of_its_own(
+    target: str, tmp_path: Path
+) -> None:
+    """Every response's calls come as ``call_0``: each is renamed (ADK's ``adk-`` kind) when the
+    session or the response holds the id already, so each runs and gets its own answer (the
+    second was answered with the first one's result and never ran)."""
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    model = Renumbering()
+
+    async def go() -> list[AdkEvent]:
+        service = JournalSessionService(target)
+        agent = cashier_agent(ledger, Cashier())
+        agent.model = model
+        runner = Runner(app=make_app(agent, [JournalPlugin(service)]), session_service=service)
+        await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        for cents in (100, 900):
+            await run(runner, "s", f"pay {cents}")
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        await service.close()
+        assert got is not None
+        return got.events
+
+    events = asyncio.run(go())
+    assert sorted(e["cents"] for e in ledger.entries()) == [100, 101, 900, 901]
+    ids = [c.id for e in events for c in e.get_function_calls()]
+    assert len(ids) == 4 and len(set(ids)) == 4 and ids[0] == "call_0"
+    answers = answers_in(events)
+    assert sorted(str(answers[i]["result"]) for i in ids) == [
+        "paid 100 cents",
+        "paid 101 cents",
+        "paid 900 cents",
+        "paid 901 cents",
+    ]
+    assert model.requests and all(orphans(r) == [] for r in model.requests)
+    with journal.open(target) as j:
+        sid = journal_session_id(APP, USER, "s")
+        assert sorted(e.data["id"] for e in j.events(sid, types=["tool_call"])) == sorted(ids)
+        assert j.scan().clean and j.check() == [] and j.events(sid, types=["tool_result_late"]) == []
+
+
 def test_a_resumed_invocation_does_not_rerun_a_dispatched_call(target: str, tmp_path: Path) -> None:
     """A resumable app's ``run_async(invocation_id=...)`` re-runs a call it sees unanswered; with
     the journal the call is answered (the recovery's answer, projected) and ``pay`` is not run."""

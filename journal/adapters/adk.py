@@ -39,7 +39,10 @@ transaction), and for each tool the **dispatch**: ``before_tool_callback`` commi
 ADK does not run the tool. A call the journal already dispatched (a resumed invocation re-running
 a call) is not run again: the callback answers it with the journal's result. The tool's output is
 its ``tool_result`` as soon as it returns (``after_tool_callback``; an error through
-``on_tool_error_callback``), before ADK appends its function-response event.
+``on_tool_error_callback``), before ADK appends its function-response event. A call id is one
+call in a session: a model's call whose id the session holds already (some models number their
+calls afresh in every response: ``call_0``) is given a new one of ADK's kind as the response
+comes in (``after_model_callback``), so it runs and is answered as a call of its own.
 
 Durability. ``durability="full"`` (the default) makes each commit survive a power cut;
 ``"normal"`` survives a crash or ``kill -9`` and may lose the last commits on a power cut. The
@@ -93,6 +96,8 @@ import asyncio
 import hashlib
 import json
 import os
+import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from journal.adapters import require
@@ -601,6 +606,21 @@ class JournalSessionService(BaseSessionService):
         return Repaired(jid, recovered)
 
 
+def fresh_call_ids(response: Any, events: Sequence[AdkEvent]) -> None:
+    """Rename, in place, each function call of ``response`` whose id ``events`` (the session's)
+    or an earlier call of the response holds already (``JournalPlugin.after_model_callback``)."""
+    content = getattr(response, "content", None)
+    calls = [p.function_call for p in (content.parts or []) if p.function_call is not None] if content else []
+    if not any(isinstance(c.id, str) for c in calls):
+        return
+    seen = {c.id for event in events for c in event.get_function_calls()}
+    for call in calls:
+        if isinstance(call.id, str):
+            if call.id in seen:
+                call.id = f"adk-{uuid.uuid4()}"
+            seen.add(call.id)
+
+
 def _event_key(event_id: str) -> str:
     key = "adk:" + event_id
     if len(key) <= _MAX_KEY and "\x00" not in event_id:
@@ -702,6 +722,18 @@ class JournalPlugin(BasePlugin):
     async def before_run_callback(self, *, invocation_context: Any) -> None:
         if self._ours(invocation_context):
             await self.service._open_turn(invocation_context.session)
+
+    async def after_model_callback(self, *, callback_context: Any, llm_response: Any) -> None:
+        """Give a function call whose id the session holds already a new id, of ADK's own kind
+        (``adk-`` and a UUID, as ADK gives a call the model sent without one), before the model's
+        event is stored or its tools run: the journal keeps one call per id in a session, and
+        some models number their calls afresh in every response (``call_0``): the call was
+        answered with the earlier call's result and never ran. Changed in place (a value
+        returned here would pass over the agent's own callbacks); the model is shown its calls
+        under the ids the session holds, so a renamed call and its response stay one pair."""
+        invocation: Any = getattr(callback_context, "_invocation_context", None)
+        if self._ours(invocation):
+            fresh_call_ids(llm_response, invocation.session.events)
 
     async def before_tool_callback(self, *, tool: Any, tool_args: dict[str, Any], tool_context: Any) -> Any:
         if not self._tool_ours(tool_context):
