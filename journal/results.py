@@ -158,18 +158,20 @@ def _check_turn_txn(db: Database, session_id: str, requested_seq: int, turn: Tur
     """A call requested inside a turn may be dispatched only while that turn is open (and, with a
     handle, by the attempt that holds it): a turn closed by recovery runs no more tools. One
     exception, with a handle: a call an earlier turn requested and ended without answering (a
-    human's approval awaited, as the frameworks pause for one) is dispatched by the open turn
-    that resumes it -- it is recorded there, so a crash inside it is that turn's to recover.
-    (Recovery answers every call an interrupted turn owes, so no such call is left of a crash.)"""
+    human's approval awaited, as the frameworks pause for one), or one requested outside any
+    turn (a framework's run without the journal's turns paused for the approval), is dispatched
+    by the open turn that resumes it -- it is recorded there, so a crash inside it is that
+    turn's to recover (the planner attributes it so). (Recovery answers every call an
+    interrupted turn owes, so no such call is left of a crash.)"""
     row = turn_before_txn(db, session_id, requested_seq)
     start_seq, end_seq, _outer, attempt = row if row is not None else (None, None, None, None)
     inside = row is not None and (end_seq is None or end_seq > requested_seq)
-    if not inside:
+    if not inside and turn is None:
         # Outside a turn nothing would close the call after a crash (recovery closes turns):
         # scan, recover and the provider view could disagree about it, so it never starts.
         raise NoOpenTurn(session_id, "the call was requested outside a turn; dispatch calls inside an open turn")
     if turn is not None:
-        if start_seq != turn.start_seq and end_seq is not None and end_seq < turn.start_seq:
+        if not inside or (start_seq != turn.start_seq and end_seq is not None and end_seq < turn.start_seq):
             row = turn_at_txn(db, session_id, turn.start_seq)  # the resuming turn: held, open
             start_seq, end_seq, _outer, attempt = row if row is not None else (None, None, None, None)
         if start_seq != turn.start_seq:

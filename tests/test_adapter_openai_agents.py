@@ -727,6 +727,46 @@ def test_g6_an_approved_tool_is_dispatched_before_it_runs_by_the_resumed_run(tmp
         assert j.scan().clean and j.provider_view("s").missing == () and j.check() == []
 
 
+@pytest.mark.parametrize("resume", ["journal_run", "hooks"])
+def test_g6_a_call_a_plain_run_paused_for_is_dispatched_by_the_hooked_run_that_resumes_it(
+    tmp_path: Path, resume: str
+) -> None:
+    """A plain ``Runner.run`` (no hooks: no journal turn) paused for a human's approval; the
+    approved call resumed with the hooks opens a turn and is dispatched there before it runs
+    (the journal refused it as "requested outside a turn", the tool never ran and the call stayed
+    unanswered)."""
+    ran: list[int] = []
+
+    @function_tool(needs_approval=True)
+    def transfer(cents: int) -> str:
+        """Move money, with a human's approval."""
+        ran.append(cents)
+        return f"moved {cents}"
+
+    model = ScriptedModel([[function_call("transfer", {"cents": 5}, call_id="t-1")], [assistant_message("done")]])
+    agent = Agent(name="a", model=model, tools=[transfer])
+    path = tmp_path / "j.db"
+    session = JournalSession("s", path)
+    first = run(Runner.run(agent, "move it", session=session))
+    state = first.to_state()
+    state.approve(first.interruptions[0])
+    if resume == "journal_run":
+        done = run(journal_run(agent, state, session=session))
+    else:
+        done = run(Runner.run(agent, state, session=session, hooks=session.run_hooks()))
+    assert done.final_output == "done" and ran == [5]
+    items = run(session.get_items())
+    assert [(i.get("type"), i.get("output")) for i in items if i.get("call_id") == "t-1"] == [
+        ("function_call", None),
+        ("function_call_output", "moved 5"),
+    ]
+    session.close()
+    with journal.open(path, readonly=True) as j:
+        kinds = [e.type for e in j.events("s") if e.type in ("turn_start", "turn_end", "tool_call", "tool_result")]
+        assert kinds == ["turn_start", "tool_call", "tool_result", "turn_end"]
+        assert j.scan().clean and j.provider_view("s").missing == () and j.check() == []
+
+
 RACER = """
 import asyncio, sys
 from journal.adapters.openai_agents import JournalSession

@@ -225,6 +225,26 @@ with journal.open(sys.argv[1]) as j:
     assert json.loads((tmp_path / "ledger").read_text().splitlines()[-1])["call"] == "t1-rm"
 
 
+def test_g12_a_call_requested_outside_any_turn_is_dispatched_by_the_open_turn_that_resumes_it(j, fresh) -> None:
+    """A framework's run without the journal's turns asked for a call and paused for a human's
+    approval (openai-agents' plain ``Runner.run``); the run that resumes it opens a turn and
+    dispatches the call there with its handle: recorded in that turn, so a crash inside the tool
+    is that turn's to recover (MAY have run), as the planner says. Without a handle it is still
+    refused."""
+    s = j.create_session().id
+    j.append(s, "assistant_message", {"content": "", "tool_calls": [{"id": "c1", "name": "t", "arguments": {}}]})
+    with pytest.raises(journal.NoOpenTurn):
+        j.dispatch(s, "c1")
+    turn = j.turn_start(s)
+    assert j.dispatch(s, "c1", turn=turn).event is not None
+    assert [c.call_id for c in fresh().scan().pending_calls] == ["c1"]
+    assert [r.type for r in j.plan(s)] == [r.type for r in pure.plan(j.events(s))] == ["tool_result", "turn_end"]
+    (result,) = j.recover(s, force=True)  # the turn's owner is this live process: an operator's force
+    (synthetic,) = [e for e in result.appended if e.type == "tool_result"]
+    assert synthetic.data["metadata"]["risk"] == "tool_outcome_unknown" and "MAY have run" in synthetic.data["content"]
+    assert fresh().scan().clean and j.provider_view(s).missing == () and j.check() == []
+
+
 def test_g12_a_dispatch_outside_a_turn_is_refused_so_scan_recover_and_the_provider_view_agree(j, fresh) -> None:
     s = j.create_session().id
     j.append(s, "assistant_message", {"content": "", "tool_calls": [{"id": "c1", "name": "t", "arguments": {}}]})
