@@ -251,6 +251,14 @@ def _derived_plan_txn(
     return derived_batch.plan(session_id, first, types, copies, [start for start, _number in turns])
 
 
+def checked_append(type_: str, data: object, codec: Codec) -> tuple[str, dict[str, Any]]:
+    """A plain append's checks of its event, with nothing written (``InvalidEvent``): the event's
+    text and its data's copy. The CLI's ``append --create`` runs them before it creates anything."""
+    text, copy = codec.encode_copy(type_, data)
+    _refuse_engine_only(type_, copy)
+    return text, copy
+
+
 def _refuse_engine_only(type_: str, data: dict[str, Any], index: int | None = None) -> None:
     if type_ in _ENGINE_ONLY:
         raise InvalidEvent(
@@ -467,9 +475,7 @@ class Log:
     def _encoded(self, session_id: str, type: str, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         """An append's checks before anything is written, and its event's text and copy."""
         check_text("session_id", session_id)
-        text, copy = self.codec.encode_copy(type, data)
-        _refuse_engine_only(type, copy)
-        return text, copy
+        return checked_append(type, data, self.codec)
 
     def round_row(
         self, session_id: str, type: str, data: dict[str, Any], guesses: Mapping[str, int]

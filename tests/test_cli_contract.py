@@ -229,6 +229,28 @@ def test_init_append_create_and_import_create_a_journal(args: list[str], tmp_pat
     assert journal.open(path, readonly=True).sessions is not None and path.exists()
 
 
+REFUSED_APPENDS = [
+    ["append", "s", "user_message", '{"nocontent": 1}', "--create"],
+    ["append", "s", "turn_end", '{"turn": 1, "steps": 0, "reason": "interrupted"}', "--create"],
+    ["append", "s", "nosuchtype", "{}", "--create"],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("args", REFUSED_APPENDS, ids=[a[2] for a in REFUSED_APPENDS])
+def test_g12_an_append_create_of_an_event_it_refuses_creates_neither_the_journal_nor_the_session(
+    args: list[str], tmp_path: Path
+) -> None:
+    """Invalid input writes nothing: the event is checked before the journal or the session is
+    created (the session was created, and the file with it, then the append refused)."""
+    path = tmp_path / "new.db"
+    refused(run(*args, db=path), says="invalid event")
+    assert _files(tmp_path) == []
+    journal.open(path).close()
+    refused(run(*args, db=path), says="invalid event")
+    with journal.open(path, readonly=True) as j:
+        assert j.sessions() == []
+
+
 # -- numeric options -------------------------------------------------------------------------------------
 
 USAGE = [

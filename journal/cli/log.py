@@ -15,7 +15,8 @@ from journal.cli import render
 from journal.cli.app import main
 from journal.cli.options import SEQ_MAX, Seconds, db_option, open_journal
 from journal.cli.output import output, output_options, print_json
-from journal.codec import parse_json
+from journal.codec import Codec, parse_json
+from journal.log import checked_append
 
 
 @main.command()
@@ -30,6 +31,8 @@ def append(db: str, session: str, type: str, data: str, create: bool) -> None:
         parsed = parse_json(data, "DATA")
     except journal.InvalidEvent as exc:  # not JSON, or nested past the codec's limit
         raise click.BadParameter(exc.problem, param_hint="DATA") from None
+    if create:  # an event the append would refuse creates neither the journal nor the session
+        checked_append(type, parsed, Codec())
     with open_journal(db, create=create) as j:
         if create:
             try:
