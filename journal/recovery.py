@@ -36,7 +36,7 @@ from journal.owners import held_elsewhere
 from journal.pure.plan import Before, Repair, interrupted, open_turns, plan, synthetic_result
 from journal.queue import Queue, SubmissionInfo
 from journal.recovery_batch import Repaired, recover_common_txn
-from journal.results import PendingCall, inherited_seqs_txn, pending_calls_txn, put_result_txn
+from journal.results import PendingCall, event_at_txn, inherited_seqs_txn, pending_calls_txn, put_result_txn
 from journal.store import Database, Store
 from journal.tools import OperatorCallback, ToolRegistry
 
@@ -215,13 +215,34 @@ def open_turns_txn(db: Database) -> list[OpenTurn]:
     for row in db.execute(db.sql.open_turns_owing):
         if head is None or row[1] != head[1] or row[0] != head[0]:
             if head is not None:
-                turns.append(_open_turn(head, owed, now))
+                turns.append(_open_turn(head, _in_request_order(db, head[0], owed), now))
             head, owed = row, []
         if row[10] is not None:
             owed.append(OwedCall(row[10], row[11], row[12], row[13]))
     if head is not None:
-        turns.append(_open_turn(head, owed, now))
+        turns.append(_open_turn(head, _in_request_order(db, head[0], owed), now))
     return turns
+
+
+def _in_request_order(db: Database, session_id: str, owed: list[OwedCall]) -> list[OwedCall]:
+    """``owed`` (in the order of the seqs they were asked at) with the calls one message asked
+    for in that message's order, as recovery answers them (the statement orders them by id):
+    the message read only when it asked for more than one of them."""
+    asked = [c.requested_seq for c in owed if c.requested_seq is not None]
+    if len(asked) == len(set(asked)):
+        return owed
+    places: dict[tuple[int, str], int] = {}
+    for seq in {s for s in asked if asked.count(s) > 1}:
+        calls = event_at_txn(db, session_id, seq).data.get("tool_calls") or ()
+        for place, call in enumerate(calls):
+            if isinstance(call, dict) and isinstance(call.get("id"), str):
+                places.setdefault((seq, call["id"]), place)
+
+    def order(call: OwedCall) -> tuple[int, int, str]:  # the statement's key, the place before the id
+        first = call.requested_seq if call.requested_seq is not None else call.dispatch_seq
+        return (first or 0, places.get((first or 0, call.call_id), 0), call.call_id)
+
+    return sorted(owed, key=order)
 
 
 def _open_turn(head: tuple[Any, ...], owed: list[OwedCall], now: int) -> OpenTurn:

@@ -131,7 +131,7 @@ def same_result(winner: dict[str, Any], loser: dict[str, Any]) -> bool:
     return all(winner.get(k) == loser.get(k) for k in keys)
 
 
-def _event_at_txn(db: Database, session_id: str, seq: int) -> Event:
+def event_at_txn(db: Database, session_id: str, seq: int) -> Event:
     for event in lineage.read_events_txn(db, session_id, seq, seq + 1):
         return event
     raise AssertionError(f"no event at seq {seq} of {session_id!r}")  # pragma: no cover
@@ -147,7 +147,7 @@ def _requested_txn(db: Database, session_id: str, call_id: str) -> tuple[int, di
     seq = call_seqs_txn(db, session_id, call_id)[0]
     if seq is None:
         raise UnknownToolCall(session_id, call_id)
-    message = _event_at_txn(db, session_id, seq)
+    message = event_at_txn(db, session_id, seq)
     for call in message.data.get("tool_calls") or ():
         if call.get("id") == call_id:
             return seq, call
@@ -417,7 +417,7 @@ def put_result_txn(
         return PutResult(
             Event(session_id, seq, "tool_result", json.loads(text) if data is None else data, time_ms), won=True
         )
-    winner = _event_at_txn(db, session_id, winner_seq)
+    winner = event_at_txn(db, session_id, winner_seq)
     loser = json.loads(text)
     if same_result(winner.data, loser):
         return PutResult(winner, won=False)

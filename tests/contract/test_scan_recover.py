@@ -225,6 +225,21 @@ with journal.open(sys.argv[1]) as j:
     assert json.loads((tmp_path / "ledger").read_text().splitlines()[-1])["call"] == "t1-rm"
 
 
+def test_scan_lists_a_turns_owed_calls_in_the_order_recovery_answers_them(j, fresh) -> None:
+    """One message asked for ``rm`` then ``log`` (and an earlier one for ``b``): scan names the
+    turn's owed calls in the order the plan and recovery answer them (it sorted a message's
+    calls by id: ``log`` before ``rm``)."""
+    s = j.create_session().id
+    turn = j.turn_start(s)
+    j.append(s, "assistant_message", {"content": "", "tool_calls": [{"id": "zz", "name": "t", "arguments": {}}]})
+    calls = [{"id": c, "name": "t", "arguments": {}} for c in ("rm", "log", "b")]
+    j.append(s, "assistant_message", {"content": "", "tool_calls": calls})
+    j.dispatch(s, "log", turn=turn)
+    (open_turn,) = fresh().scan().open_turns
+    planned = [r.data["tool_call_id"] for r in j.plan(s) if r.type == "tool_result"]
+    assert [c.call_id for c in open_turn.owed] == planned == ["zz", "rm", "log", "b"]
+
+
 def test_g12_a_call_requested_outside_any_turn_is_dispatched_by_the_open_turn_that_resumes_it(j, fresh) -> None:
     """A framework's run without the journal's turns asked for a call and paused for a human's
     approval (openai-agents' plain ``Runner.run``); the run that resumes it opens a turn and
