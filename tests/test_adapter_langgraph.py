@@ -463,6 +463,10 @@ def test_g12_repair_names_the_tool_nodes_when_it_cannot_tell_which_one_runs_the_
         assert graph.get_state(THREAD).values["messages"][-1].tool_call_id == "c1"
     with pytest.raises(journal.InvalidArgument):
         repair(builder.compile(), THREAD)  # no JournalSaver: refused, nothing done
+    with JournalSaver(tmp_path / "other.db") as saver:
+        for config in ({"configurable": {}}, {}, {"configurable": {"thread_id": ""}}):
+            with pytest.raises(journal.InvalidArgument, match="thread_id"):  # was a bare KeyError
+                repair(builder.compile(checkpointer=saver), config)  # type: ignore[arg-type]
 
 
 def _ai(*ids: str) -> AIMessage:

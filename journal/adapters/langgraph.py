@@ -1382,7 +1382,10 @@ def repair(graph: Any, config: RunnableConfig, *, force: bool = False, tools_nod
     going on. The tool node is the graph's ``ToolNode``; ``tools_node`` names it only when the
     graph has several (``ToolNodeNotFound`` lists them)."""
     saver = _saver_of(graph)
-    thread_id = str(config["configurable"]["thread_id"])
+    configurable = config.get("configurable") if isinstance(config, dict) else None
+    if not isinstance(configurable, dict) or configurable.get("thread_id") in (None, ""):
+        raise journal.InvalidArgument("config", 'must name the thread: {"configurable": {"thread_id": ...}}')
+    thread_id = str(configurable["thread_id"])
     session_id = session_id_for(thread_id)
     where: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
     channel = saver.messages_channel or "messages"
