@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 import warnings
 from collections.abc import AsyncGenerator
 from pathlib import Path
@@ -31,9 +32,10 @@ from pydantic import Field
 import journal
 from journal.adapters.adk import JournalPlugin, JournalSessionService, arepair, journal_session_id, repair
 from journal.adapters.adk_events import ADK_EVENT, derive, restore
+from journal.errors import TurnHeld
 from journal.testing import Ledger
 
-from .conftest import run_child
+from .conftest import python_child, run_child
 
 warnings.filterwarnings("ignore", message=r".*\[EXPERIMENTAL\]")
 
@@ -423,6 +425,77 @@ def test_a_model_that_numbers_its_calls_afresh_has_each_call_run_under_an_id_of_
         sid = journal_session_id(APP, USER, "s")
         assert sorted(e.data["id"] for e in j.events(sid, types=["tool_call"])) == sorted(ids)
         assert j.scan().clean and j.check() == [] and j.events(sid, types=["tool_result_late"]) == []
+
+
+SLOW_RUN = """
+import asyncio, os, sys, time
+from tests.test_adapter_adk import APP, USER, Cashier, cashier_agent, make_app, run
+from google.adk.runners import Runner
+from journal.adapters.adk import JournalPlugin, JournalSessionService
+from journal.testing import Ledger
+
+target, ledger, inside, go = sys.argv[1:5]
+
+
+def kill(point):  # not a kill: the tool waits, inside its turn, until the test says go
+    if point == "after_effect":
+        open(inside, "w").close()
+        while not os.path.exists(go):
+            time.sleep(0.01)
+
+
+async def main():
+    service = JournalSessionService(target)
+    runner = Runner(app=make_app(cashier_agent(Ledger(ledger), Cashier(), kill=kill), [JournalPlugin(service)]),
+                    session_service=service)
+    await service.create_session(app_name=APP, user_id=USER, session_id="s")
+    events = await run(runner, "s", "Pay the 42 euro invoice.")
+    print("finished:", events[-1].content.parts[0].text)
+    await service.close()
+
+
+asyncio.run(main())
+"""
+
+
+def test_a_run_of_a_session_another_live_process_is_running_is_refused_before_its_message_is_stored(
+    target: str, tmp_path: Path
+) -> None:
+    """Process A is inside a paying tool; this process starts a run of the same session: it is
+    refused (``TurnHeld``) before ADK's new message is written, and A's run finishes (the message
+    was written inside A's turn first: A then met a stale session and died, its turn closed as a
+    crash's)."""
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    inside, go = tmp_path / "inside", tmp_path / "go"
+    a = python_child(SLOW_RUN, target, str(ledger.path), str(inside), str(go))
+    try:
+        deadline = time.monotonic() + 60
+        while not inside.exists() and a.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert inside.exists(), a.communicate()
+
+        async def second() -> None:
+            service = JournalSessionService(target)
+            runner = Runner(
+                app=make_app(cashier_agent(ledger, Cashier()), [JournalPlugin(service)]), session_service=service
+            )
+            try:
+                with pytest.raises(TurnHeld):
+                    await run(runner, "s", "Did the payment go through?")
+            finally:
+                await service.close()
+
+        asyncio.run(second())
+    finally:
+        go.touch()
+        out, err = a.communicate(timeout=120)
+    assert a.returncode == 0 and "finished: Not paying again" in out, err
+    assert ledger.count(call="pay") == 1
+    with journal.open(target) as j:
+        sid = journal_session_id(APP, USER, "s")
+        assert [e.data["content"] for e in j.events(sid, types=["user_message"])] == [FIRST]
+        assert [e.data["reason"] for e in j.events(sid, types=["turn_end"])] == ["complete"]
+        assert j.scan().clean and j.check() == []
 
 
 def test_a_resumed_invocation_does_not_rerun_a_dispatched_call(target: str, tmp_path: Path) -> None:

@@ -149,6 +149,7 @@ from journal.errors import (
     WrongLoop,
 )
 from journal.model import Event
+from journal.owners import held_elsewhere
 
 __all__ = [
     "ADK_CREATED",
@@ -434,6 +435,13 @@ class JournalSessionService(BaseSessionService):
         (closing one left open), a plain answer or the calls' responses close it."""
         turn = self._live.get(jid)
         if turn is None:
+            # No run of this service's: an event of a run about to start (ADK stores its new
+            # message before the plugin opens the turn). A turn another live process drives
+            # refuses it here, before it is written inside that run's turn (the run then met a
+            # stale session and died, its turn closed as a crash's).
+            held = await self._call("turn_state", jid)
+            if held is not None and held.submission_id is None and held_elsewhere(held.owner):
+                raise TurnHeld(jid, held.start_seq, str(held.owner), "another process is running this session")
             return [], []
         row = await self._call("turn_state", jid)
         if row is None or row.start_seq != turn.start_seq or row.attempt != turn.attempt:
