@@ -5,6 +5,7 @@ from journal.effects import EffectAction, EffectRecovery, IndeterminateCall, Ind
 from journal.engine import Journal, open
 from journal.errors import (
     AlreadyDispatched,
+    AnsweredBeforeApproval,
     ApprovedAfterDispatch,
     BoundaryOutOfRange,
     CorruptJournal,
@@ -73,6 +74,7 @@ from journal.turns import Turn, TurnState
 
 __all__ = [
     "AlreadyDispatched",
+    "AnsweredBeforeApproval",
     "ApprovedAfterDispatch",
     "BoundaryOutOfRange",
     "CallState",

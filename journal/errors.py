@@ -310,6 +310,20 @@ class ResultExists(JournalError):
         )
 
 
+class AnsweredBeforeApproval(ResultExists):
+    """A tool a human approved already has a result: a recovery took the run that paused for the
+    approval for a crash (its process ended or was killed) and answered the call ("did not
+    run"), so the approved resume does not run it. Start a new run of the session: its items
+    show the call answered, and the model may ask again."""
+
+    def message(self) -> str:
+        return (
+            f"session {_q(self.session_id)}: tool call {_q(self.call_id)} was approved after a recovery answered it: "
+            "the run that paused for the approval was taken for a crash (its process ended), so the approved call "
+            "does not run; start a new run on the session (its items show the call answered)"
+        )
+
+
 class SubmissionNotFound(JournalError, LookupError):
     """No submission has this id."""
 

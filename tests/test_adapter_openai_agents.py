@@ -767,6 +767,63 @@ def test_g6_a_call_a_plain_run_paused_for_is_dispatched_by_the_hooked_run_that_r
         assert j.scan().clean and j.provider_view("s").missing == () and j.check() == []
 
 
+PAUSED_AND_GONE = """
+import asyncio, json, sys
+from agents import Agent, Runner, function_tool
+from agents.testing.model import assistant_message, function_call
+from journal.adapters.openai_agents import JournalSession
+from tests.test_adapter_openai_agents import ScriptedModel
+
+
+@function_tool(needs_approval=True)
+def transfer(cents: int) -> str:
+    \"\"\"Move money, with a human's approval.\"\"\"
+    raise AssertionError("not approved here")
+
+
+async def main():
+    model = ScriptedModel([[function_call("transfer", {"cents": 5}, call_id="t-1")], [assistant_message("done")]])
+    session = JournalSession("s", sys.argv[1])
+    agent = Agent(name="a", model=model, tools=[transfer])
+    paused = await Runner.run(agent, "move it", session=session, hooks=session.run_hooks())  # its turn stays open
+    with open(sys.argv[2], "w") as out:
+        json.dump(paused.to_state().to_json(), out)
+    session.close()  # the process ends with the run paused: its turn's owner is gone
+
+
+asyncio.run(main())
+"""
+
+
+def test_an_approval_that_comes_after_a_recovery_answered_its_call_says_so_and_runs_nothing(tmp_path: Path) -> None:
+    """A run with the hooks (``Runner.run``, not ``journal_run``) paused for a human's approval and
+    its process ended (documented: it reads as a crash, and the next read answers the waiting
+    call "did not run"). The approved
+    resume is refused, naming what happened and what to do (it said the call "already has a
+    result (put_result keeps a later one as tool_result_late)"), and the tool does not run."""
+    from agents import RunState
+
+    path, saved = tmp_path / "j.db", tmp_path / "state.json"
+    done = run_child(PAUSED_AND_GONE, str(path), str(saved))
+    assert done.returncode == 0, done.stderr
+    ran: list[int] = []
+
+    @function_tool(needs_approval=True)
+    def transfer(cents: int) -> str:
+        """Move money, with a human's approval."""
+        ran.append(cents)
+        return f"moved {cents}"
+
+    agent = Agent(name="a", model=ScriptedModel([[assistant_message("done")]]), tools=[transfer])
+    session = JournalSession("s", path)
+    state = run(RunState.from_json(agent, json.loads(saved.read_text())))
+    state.approve(state.get_interruptions()[0])
+    with pytest.raises(Exception, match="approved after a recovery answered it"):
+        run(journal_run(agent, state, session=session))
+    assert ran == []
+    session.close()
+
+
 RACER = """
 import asyncio, sys
 from journal.adapters.openai_agents import JournalSession

@@ -108,7 +108,11 @@ What it cannot do, honestly:
 - ``pop_item`` writes its marker and its ``retract`` in two transactions (the engine's
   ``retract`` is a call of its own); a crash between them leaves the item popped for the
   framework and still visible in the messages view. Popping a projected item hides it from the
-  items; the typed result stays in the log and the messages view.
+  items; the typed result stays in the log and the messages view. Popping a function call's
+  output retracts, in the messages and provider views, the whole exchange it ends (the model's
+  message with its calls and their outputs: the engine's ``retract`` never leaves a call there
+  without its answer), while ``get_items`` hides that one item: the SDK then sends the call
+  without an output, which a provider refuses, so pop the exchange's items down to its call.
 - Output the SDK converts differently from its own ``ItemHelpers.tool_call_output_item`` (an
   error replaced by a guardrail, say) reaches the journal twice: the hooks' result wins and the
   session's copy is kept as ``tool_result_late``.
@@ -182,11 +186,13 @@ from journal.adapters.openai_items import (
 from journal.adapters.repaired import Repaired
 from journal.aio import AsyncJournal
 from journal.errors import (
+    AnsweredBeforeApproval,
     CountMismatch,
     InvalidArgument,
     JournalError,
     LeaseLost,
     OpenTurnError,
+    ResultExists,
     SessionExists,
     SessionNotFound,
     TurnHeld,
@@ -697,6 +703,10 @@ class JournalRunHooks(RunHooks[Any]):
             self._handoff = True
         try:
             done = await self._call("dispatch", self.session.journal_id, call_id, turn=self._turn)
+        except ResultExists as exc:
+            if _approved(context, tool, call_id):
+                raise AnsweredBeforeApproval(exc.session_id, exc.call_id) from None
+            raise
         except UnknownToolCall:
             # The answer was not seen here (a run resumed after an approval): record the call
             # first; a raise in this hook would keep the tool from running.
