@@ -32,6 +32,11 @@ def _p(path: str) -> str:
     return f"{text[:half]}…{text[-half:]}"
 
 
+def _is_dsn_text(path: str) -> bool:
+    """Whether a journal's name is a PostgreSQL DSN (as ``journal.open`` takes one), not a file."""
+    return path.startswith(("postgresql://", "postgres://")) or ("dbname=" in path and "=" in path.split()[0])
+
+
 def _listed(values: tuple[object, ...]) -> str:
     """The first ``_LISTED`` of ``values`` quoted, and how many more there are."""
     shown = ", ".join(_q(v) for v in values[:_LISTED])
@@ -59,7 +64,8 @@ class NotAJournal(JournalError):
         self.path, self.reason = path, reason
 
     def message(self) -> str:
-        return f"{_p(self.path)} is not a journal: {self.reason} (the file was left untouched)"
+        kept = "database" if _is_dsn_text(self.path) else "file"
+        return f"{_p(self.path)} is not a journal: {self.reason} (the {kept} was left untouched)"
 
 
 class SchemaTooNew(JournalError):
@@ -72,7 +78,8 @@ class SchemaTooNew(JournalError):
     def message(self) -> str:
         return (
             f"{_p(self.path)} has schema version {self.version}; this library reads up to "
-            f"{self.supported} (upgrade agent-journal; the file was left untouched)"
+            f"{self.supported} (upgrade agent-journal; the {'database' if _is_dsn_text(self.path) else 'file'} "
+            "was left untouched)"
         )
 
 

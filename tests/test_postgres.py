@@ -377,6 +377,14 @@ def test_the_cli_reads_a_server_and_refuses_a_database_without_a_journal(pg_dsn:
     empty = pg_server.dsn("contract") + f"&options=-csearch_path%3Dnone_{uuid.uuid4().hex[:8]}"
     missing = runner.invoke(cli, ["scan", "--db", empty])
     assert missing.exit_code != 0 and "no such journal" in missing.output
+    # Another application's database exists: it is not "no such journal", and no file is named.
+    schema = f"app_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+        conn.execute(f"CREATE TABLE {schema}.sessions (id text)")
+    foreign = runner.invoke(cli, ["sessions", "--db", pg_server.dsn("contract") + f"&options=-csearch_path%3D{schema}"])
+    assert foreign.exit_code != 0 and "is not a journal" in foreign.output
+    assert "no such journal" not in foreign.output and "the database was left untouched" in foreign.output
     with psycopg.connect(pg_dsn) as conn:  # and nothing was created for it
         assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'none_%'").fetchone()[0] == 0
 

@@ -29,8 +29,9 @@ def open_journal(db: str, *, create: bool = False, **kwargs: Any) -> journal.Jou
         if not create:
             try:
                 journal.open(db, readonly=True).close()
-            except journal.NotAJournal as exc:
-                raise click.ClickException(f"no such journal: {exc}") from exc
+            except journal.NotAJournal as exc:  # no journal in the database yet, or another application's
+                empty = exc.reason.startswith("no journal in this database")
+                raise click.ClickException(f"no such journal: {exc}" if empty else str(exc)) from exc
         return journal.open(db, **kwargs)
     if not create and not os.path.exists(db):
         # Checked here so that a mistyped path never leaves an empty journal (or -wal) behind.
