@@ -221,6 +221,10 @@ def test_any_thread_id_maps_to_a_session_that_keeps_it(tmp_path: Path) -> None:
         listed = list(saver.list(None))
         assert {t.config["configurable"]["thread_id"] for t in listed} == {odd}
         assert graph.get_state(config).values["messages"][-1].content.startswith("done")
+    # The command line shows the session's id whole (it was cut at 64 characters: no id to copy).
+    shown = CliRunner().invoke(main, ["sessions", "--db", str(tmp_path / "j.db")])
+    assert shown.exit_code == 0 and session.id in shown.output
+    assert CliRunner().invoke(main, ["show", session.id, "--db", str(tmp_path / "j.db")]).exit_code == 0
 
 
 # -- what the state table holds -------------------------------------------------------------------------

@@ -27,7 +27,7 @@ def echo(*lines: object, err: bool = False) -> None:
 # How much of a stored string a line shows: a tool's name, an id (a call's, a session's, a
 # submission's), one argument's value, all of a call's arguments, any other short field.
 NAME_WIDTH = 40
-ID_WIDTH = 64
+ID_WIDTH = 80  # an adapter's hashed session id (LangGraph's `lg~` and a SHA-256: 67) is shown whole
 ARG_WIDTH = 40
 ARGS_WIDTH = 100
 FIELD_WIDTH = 40
