@@ -365,12 +365,9 @@ def test_g9_whichever_recovery_ran_get_session_shows_the_call_answered_right_aft
         assert j.scan().clean and all(not r.appended for r in j.recover())  # recovery ran once
 
 
-class Renumbering(BaseLlm):
+class Renumbering(Cashier):
     """A model that numbers its calls afresh in every response, as some do: each user text asks
     for two ``pay`` calls, both with the id ``call_0``; answered, it quotes the answers."""
-
-    model: str = "scripted-renumbering"
-    requests: list[list[types.Content]] = Field(default_factory=list)
 
     async def generate_content_async(
         self, llm_request: LlmRequest, stream: bool = False

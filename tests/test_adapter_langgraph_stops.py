@@ -604,14 +604,7 @@ def test_g9_a_subgraphs_recovered_exchange_is_in_the_roots_messages_for_a_new_in
         assert [e["ref"] for e in Ledger(ledger).entries()] == ["call-1"]  # not run again
     else:
         graph.invoke({"messages": [("user", "did the payment go through?")]}, THREAD, durability="sync")
-    seen = model.inputs[0]
-    assert [m.type for m in seen][:3] == ["human", "ai", "tool"] and _one_answer_each(seen)
-    assert "MAY have run" in str(seen[2].content)
-    final = graph.get_state(THREAD).values["messages"]
-    assert _one_answer_each(final) and len({m.id for m in final}) == len(final)
-    j = graph.checkpointer.journal
-    assert j.scan().clean and j.check() == []
-    graph.checkpointer.close()
+    _handed_the_call_answered(graph, model)
 
 
 @pytest.mark.parametrize("restart", ["invoke_none", "new_input", "head_config"])
@@ -624,6 +617,19 @@ def test_g9_a_subgraphs_answer_stored_only_as_a_pending_write_is_one_message_in_
     resumed state, its return -- is one message: one answer for the call in the root, after any
     restart (the root had two, with different ids, once the subgraph returned)."""
     _the_subgraphs_paid_call_is_shown_once(tmp_path, "written", restart)
+
+
+def _handed_the_call_answered(graph: Any, model: OneCall) -> None:
+    """The model's first input holds the call answered right after it (MAY have run), the root
+    ends with each message once, and the journal is clean; the saver is closed."""
+    seen = model.inputs[0]
+    assert [m.type for m in seen][:3] == ["human", "ai", "tool"] and _one_answer_each(seen)
+    assert "MAY have run" in str(seen[2].content)
+    final = graph.get_state(THREAD).values["messages"]
+    assert _one_answer_each(final) and len({m.id for m in final}) == len(final)
+    j = graph.checkpointer.journal
+    assert j.scan().clean and j.check() == []
+    graph.checkpointer.close()
 
 
 def _the_subgraphs_paid_call_is_shown_once(tmp_path: Path, where: str, restart: str) -> None:
@@ -689,14 +695,7 @@ def test_g9_a_subgraph_inside_a_subgraph_killed_after_paying_is_in_the_roots_mes
     else:
         RESTARTS[restart](db, graph)
     assert [e["ref"] for e in Ledger(ledger).entries()].count("call-1") == 1
-    seen = model.inputs[0]
-    assert [m.type for m in seen][:3] == ["human", "ai", "tool"] and _one_answer_each(seen)
-    assert "MAY have run" in str(seen[2].content)
-    final = graph.get_state(THREAD).values["messages"]
-    assert _one_answer_each(final) and len({m.id for m in final}) == len(final)
-    j = graph.checkpointer.journal
-    assert j.scan().clean and j.check() == []
-    graph.checkpointer.close()
+    _handed_the_call_answered(graph, model)
 
 
 # -- a tool that wrote state of its own (``Command(update=...)``) ---------------------------------------

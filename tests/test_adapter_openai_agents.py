@@ -694,12 +694,9 @@ def test_repair_leaves_a_call_awaiting_approval_alone(tmp_path: Path) -> None:
     session.close()
 
 
-@pytest.mark.parametrize("approved", [True, False])
-def test_g6_an_approved_tool_is_dispatched_before_it_runs_by_the_resumed_run(tmp_path: Path, approved: bool) -> None:
-    """The SDK runs a call a human approved before the resumed run's agent starts: the hooks
-    open the run's turn there and commit the dispatch first (it ran with none, so a kill inside
-    it paid again on the next resume); a rejected call is never dispatched."""
-    ran: list[int] = []
+def _transfer_agent(ran: list[int]) -> Agent[Any]:
+    """An agent whose model asks for one ``transfer`` (a tool a human must approve; it notes
+    each run in ``ran``), then answers "done"."""
 
     @function_tool(needs_approval=True)
     def transfer(cents: int) -> str:
@@ -708,7 +705,16 @@ def test_g6_an_approved_tool_is_dispatched_before_it_runs_by_the_resumed_run(tmp
         return f"moved {cents}"
 
     model = ScriptedModel([[function_call("transfer", {"cents": 5}, call_id="t-1")], [assistant_message("done")]])
-    agent = Agent(name="a", model=model, tools=[transfer])
+    return Agent(name="a", model=model, tools=[transfer])
+
+
+@pytest.mark.parametrize("approved", [True, False])
+def test_g6_an_approved_tool_is_dispatched_before_it_runs_by_the_resumed_run(tmp_path: Path, approved: bool) -> None:
+    """The SDK runs a call a human approved before the resumed run's agent starts: the hooks
+    open the run's turn there and commit the dispatch first (it ran with none, so a kill inside
+    it paid again on the next resume); a rejected call is never dispatched."""
+    ran: list[int] = []
+    agent = _transfer_agent(ran)
     path = tmp_path / "j.db"
     session = JournalSession("s", path)
     first = run(journal_run(agent, "move it", session=session))
@@ -736,15 +742,7 @@ def test_g6_a_call_a_plain_run_paused_for_is_dispatched_by_the_hooked_run_that_r
     (the journal refused it as "requested outside a turn", the tool never ran and the call stayed
     unanswered)."""
     ran: list[int] = []
-
-    @function_tool(needs_approval=True)
-    def transfer(cents: int) -> str:
-        """Move money, with a human's approval."""
-        ran.append(cents)
-        return f"moved {cents}"
-
-    model = ScriptedModel([[function_call("transfer", {"cents": 5}, call_id="t-1")], [assistant_message("done")]])
-    agent = Agent(name="a", model=model, tools=[transfer])
+    agent = _transfer_agent(ran)
     path = tmp_path / "j.db"
     session = JournalSession("s", path)
     first = run(Runner.run(agent, "move it", session=session))
