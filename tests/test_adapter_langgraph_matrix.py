@@ -39,6 +39,8 @@ from journal.cli import main
 from journal.testing import Ledger
 from journal.transfer import export_lines, import_lines
 
+from .conftest import run_child
+
 THREAD = {"configurable": {"thread_id": "t1"}}
 KILLS = ("before_effect", "after_effect", "returned_unstored", "between_turns")
 # The "plain_" paths run nothing first: the next run's own read of the thread's head recovers the
@@ -299,4 +301,50 @@ def test_g9_a_late_repair_after_a_plain_new_input_adds_nothing_and_the_answer_st
         graph.invoke(None, first.config, durability="sync")  # a fork from the new input's first checkpoint
         assert all(valid(sent) for sent in model.inputs)
         assert model.inputs and all(valid(sent) for sent in model.inputs)
+        assert saver.journal.scan().clean and saver.journal.check() == []
+
+
+INPUT_THEN_KILLED = """
+import os, signal, sys
+from langchain_core.messages import HumanMessage
+from journal.adapters.langgraph import JournalSaver
+from tests.test_adapter_langgraph_matrix import THREAD, build
+
+
+class DiesOnceTheInputIsStored(JournalSaver):
+    def put(self, config, checkpoint, metadata, new_versions):
+        stored = super().put(config, checkpoint, metadata, new_versions)
+        if metadata.get("source") == "input" and metadata.get("step", -1) > 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return stored
+
+
+graph, _ = build(DiesOnceTheInputIsStored(sys.argv[1]), sys.argv[2])
+graph.invoke({"messages": [HumanMessage("and the second question?")]}, THREAD, durability="sync")
+"""
+
+
+def test_g9_repair_keeps_a_new_input_waiting_on_a_head_read_before_recovery(tmp_path: Path) -> None:
+    """Killed in the tool after paying; a second process, reading while the turn was held (its
+    owner looked alive: no recovery, no answer shown), sent a new input and was killed once
+    LangGraph stored that input's first checkpoint. ``repair`` then answers the call but keeps
+    the waiting input (stored as the tool node, its answers sent the graph back to the model and
+    the input was dropped): the next run hands the model the call answered, then the question."""
+    target, ledger = tmp_path / "j.db", tmp_path / "ledger"
+    _killed_run(target, ledger, "after_effect", "sync")
+    with journal.open(target) as j:
+        j.take_over("t1")  # held by this live process while the second one reads
+        done = run_child(INPUT_THEN_KILLED, str(target), str(ledger))
+        assert done.returncode == -signal.SIGKILL, done.stderr
+    with JournalSaver(target) as saver:
+        graph, model = build(saver, str(ledger))
+        assert graph.get_state(THREAD).next == ("__start__",)
+        done_repair = repair(graph, THREAD, force=True)
+        assert [m.tool_call_id for m in done_repair.added] == ["call-1"]
+        assert graph.get_state(THREAD).next == ("__start__",)  # the input still waits
+        graph.invoke(None, THREAD, durability="sync")
+        (first, *_) = model.inputs
+        assert [m.type for m in first] == ["human", "ai", "tool", "human"] and valid(first)
+        assert "MAY have run" in str(first[2].content) and first[3].content == "and the second question?"
+        assert [e["ref"] for e in Ledger(ledger).entries()].count("call-1") == 1
         assert saver.journal.scan().clean and saver.journal.check() == []

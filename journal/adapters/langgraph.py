@@ -169,6 +169,7 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.constants import START
 from langgraph.types import Command
 from typing_extensions import Self  # (3.10: typing.Self is 3.11+; langchain-core brings it)
 
@@ -1408,6 +1409,11 @@ def repair(graph: Any, config: RunnableConfig, *, force: bool = False, tools_nod
         # What is still unanswered has no result in the journal (a call awaiting a human, or one
         # it never heard of under durability="async"): shown as it is, never invented here.
         return Repaired(session_id, result.appended, unanswered=unanswered)
+    if head.checkpoint["channel_values"].get(START) is not None:
+        # A new input waits (the head is its first checkpoint): stored as the tool node, the
+        # answers would send the graph back to the model and drop it. The input's step builds
+        # on this very read, answers included, and stores them.
+        return Repaired(session_id, result.appended, added=tuple(added), unanswered=unanswered)
     # Built on that very head (its config names it): the checkpoint the next step builds on
     # holds the answers, whatever the pending writes say. An answer that is the tool node's own
     # stored write is in the head's values already (or applied by LangGraph from its pending
