@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import InjectedToolCallId, tool
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, create_react_agent, tools_condition
 from langgraph.types import Command, interrupt
 
@@ -959,10 +959,20 @@ class AsksOnce(Prefixed):
         return super()._generate(messages, stop, run_manager, **kw)
 
 
-def dropped_beside(db: str, ledger_path: str) -> tuple[Any, dict[str, Prefixed]]:
+def _wait_for(db: str, text: str) -> None:
+    """Until an ``assistant_message`` with ``text`` is stored (at most 30 s)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with journal.open(db, readonly=True) as j:
+            if any(e.data.get("content") == text for e in j.events("t1", types=["assistant_message"])):
+                return
+        time.sleep(0.02)
+
+
+def dropped_beside(db: str, ledger_path: str, *, end: bool = False) -> tuple[Any, dict[str, Prefixed]]:
     """Two subgraphs side by side: ``b``'s review drops its model's call (``RemoveMessage``)
-    and its model answers without calls; ``a``'s tool pays once ``b`` has answered, then ``a``'s
-    model answers."""
+    and its model answers without calls (``end``: ``b`` ends there, its model never answers);
+    ``a``'s tool pays once ``b`` has answered (ended), then ``a``'s model answers."""
     from langchain_core.messages import RemoveMessage
 
     ledger = Ledger(ledger_path)
@@ -971,16 +981,19 @@ def dropped_beside(db: str, ledger_path: str) -> tuple[Any, dict[str, Prefixed]]
     @tool
     def pay(cents: int, ref: str) -> str:
         """Pay an amount, in cents, once per ref."""
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with journal.open(db, readonly=True) as j:
-                if any(e.data.get("content") == "b-done" for e in j.events("t1", types=["assistant_message"])):
-                    break
-            time.sleep(0.02)
+        if end:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not ended:
+                time.sleep(0.02)
+        else:
+            _wait_for(db, "b-done")
         ledger.record(ref=ref)
         return f"paid {ref}"
 
+    ended: list[bool] = []
+
     def review(state: MessagesState) -> dict[str, Any]:
+        ended.append(True)
         return {"messages": [RemoveMessage(id=state["messages"][-1].id), HumanMessage("not that one")]}
 
     a, b = StateGraph(MessagesState), StateGraph(MessagesState)
@@ -993,13 +1006,29 @@ def dropped_beside(db: str, ledger_path: str) -> tuple[Any, dict[str, Prefixed]]
     b.add_node("review", review)
     b.add_edge(START, "agent")
     b.add_conditional_edges("agent", tools_condition, {"tools": "review", "__end__": "__end__"})
-    b.add_edge("review", "agent")
+    b.add_edge("review", END if end else "agent")
     outer = StateGraph(MessagesState)
     outer.add_node("a", a.compile())
     outer.add_node("b", b.compile())
     outer.add_edge(START, "a")
     outer.add_edge(START, "b")
     return outer.compile(checkpointer=JournalSaver(db)), models
+
+
+def test_g9_a_subgraph_that_dropped_its_call_and_ended_leaves_no_turn_open_beside_another(tmp_path: Path) -> None:
+    """``b``'s review dropped its call and ``b`` ended without its model answering; ``a``'s model
+    answered after it, its turn held open over ``b``'s dropped call (``b``'s latest calls). The
+    root's checkpoint, once both returned, ends the turn: a clean run leaves none open (it
+    stayed open, and the next read recovered it: the dropped call "MAY have run")."""
+    db, ledger = tmp_path / "j.db", tmp_path / "ledger"
+    graph, _ = dropped_beside(str(db), str(ledger), end=True)
+    graph.invoke({"messages": [("user", "pay both")]}, THREAD, durability="sync")
+    j = graph.checkpointer.journal
+    assert j.turn_state("t1") is None and j.scan().open_turns == ()
+    graph.invoke({"messages": [("user", "thanks")]}, THREAD, durability="sync")
+    assert "MAY have run" not in str([m.content for m in graph.get_state(THREAD).values["messages"]])
+    assert j.scan().open_turns == () and j.check() == []
+    graph.checkpointer.close()
 
 
 def test_g9_a_call_a_subgraph_dropped_does_not_hold_the_turn_open_beside_another(tmp_path: Path) -> None:
@@ -1017,3 +1046,78 @@ def test_g9_a_call_a_subgraph_dropped_does_not_hold_the_turn_open_beside_another
     assert "MAY have run" not in str([m.content for m in shown])
     assert [e["ref"] for e in Ledger(ledger).entries()].count("a-1") == 1
     graph.checkpointer.close()
+
+
+def beside_a_nested_one(db: str, ledger_path: str) -> tuple[Any, dict[str, Prefixed]]:
+    """Two agent -> tools subgraphs side by side, ``b``'s one level deeper (inside a middle
+    subgraph); ``b``'s tool pays once ``a``'s model has answered."""
+    ledger = Ledger(ledger_path)
+    models = {"a": Prefixed(prefix="a-"), "b": Prefixed(prefix="b-")}
+    outer = StateGraph(MessagesState)
+    for name, model in models.items():
+
+        @tool
+        def pay(cents: int, ref: str) -> str:
+            """Pay an amount, in cents, once per ref."""
+            if ref.startswith("b-"):
+                _wait_for(db, "a-done")
+            ledger.record(ref=ref)
+            return f"paid {ref}"
+
+        inner = StateGraph(MessagesState)
+        inner.add_node("agent", lambda state, model=model: {"messages": [model.invoke(state["messages"])]})
+        inner.add_node("tools", ToolNode([pay]))
+        inner.add_edge(START, "agent")
+        inner.add_conditional_edges("agent", tools_condition)
+        inner.add_edge("tools", "agent")
+        node = inner.compile()
+        if name == "b":
+            middle = StateGraph(MessagesState)
+            middle.add_node("inner", node)
+            middle.add_edge(START, "inner")
+            node = middle.compile()
+        outer.add_node(name, node)
+        outer.add_edge(START, name)
+    return outer.compile(checkpointer=JournalSaver(db)), models
+
+
+def test_g9_a_parents_copy_of_a_nested_subgraphs_messages_opens_no_turn(tmp_path: Path) -> None:
+    """``a`` answered while ``b``'s inner subgraph still owed its call (the turn held open), then
+    ``b``'s inner answer ended the turn; the middle subgraph's checkpoint holds the same messages.
+    They are the journal's already, and so are their turn's start and end: a clean run leaves no
+    turn open (the middle's copy of the call opened a turn whose end, stored, never came)."""
+    db, ledger = tmp_path / "j.db", tmp_path / "ledger"
+    graph, models = beside_a_nested_one(str(db), str(ledger))
+    for text in ("pay both", "and again"):
+        graph.invoke({"messages": [("user", text)]}, THREAD, durability="sync")
+        j = graph.checkpointer.journal
+        assert j.turn_state("t1") is None and j.scan().open_turns == (), text
+    assert all(_one_answer_each(seen) for model in models.values() for seen in model.inputs)
+    assert [e["ref"] for e in Ledger(ledger).entries()].count("b-1") == 1 and j.check() == []
+    graph.checkpointer.close()
+
+
+@pytest.mark.parametrize("restart", ["none", "cli_recover"])
+def test_g9_a_new_inputs_first_checkpoint_after_a_lifted_exchange_reads_back_answered(
+    killed_in_a_subgraph: Path, tmp_path: Path, restart: str
+) -> None:
+    """The root read with a dead subgraph's exchange lifted into it (the call answered, MAY have
+    run); a new input's first checkpoint, which writes no messages, names that list's version
+    and reads back with it (it read back as the root's own list, the human message alone, and a
+    fork from it handed the model the thread without the paid call)."""
+    db = _copy(killed_in_a_subgraph, tmp_path / "j.db")
+    ledger = shutil.copy(killed_in_a_subgraph.with_suffix(".ledger"), tmp_path / "ledger")
+    graph, model = subgraph_graph(str(db), str(ledger))
+    if restart == "cli_recover":
+        _cli_recover(db)
+    graph.invoke({"messages": [("user", "did the payment go through?")]}, THREAD, durability="sync")
+    saver = graph.checkpointer
+    first = next(t for t in saver.list(THREAD) if t.metadata.get("source") == "input" and t.metadata["step"] > 0)
+    shown = first.checkpoint["channel_values"]["messages"]
+    assert [m.type for m in shown] == ["human", "ai", "tool"] and "MAY have run" in str(shown[-1].content)
+    model.inputs.clear()
+    graph.invoke(None, first.config, durability="sync")  # a fork from it
+    assert model.inputs and all(_one_answer_each(seen) for seen in model.inputs)
+    assert "MAY have run" in str([m.content for m in model.inputs[0]])
+    assert [e["ref"] for e in Ledger(ledger).entries()].count("call-1") == 1
+    saver.close()

@@ -115,7 +115,9 @@ to itself, is shown them too), so a new input, or a run from the root head's own
 answered; a subgraph inside a subgraph the same way, through its parent. Two subgraphs side by
 side share the thread's one journal turn: the model of one answering (no calls) leaves it open
 while the other's latest calls are owed (its tool may still run: a kill there is recovered as any),
-and the last to answer ends it. A tool task that
+and the last to answer ends it, or else the root's checkpoint once they returned, when its
+messages owe no call (one a review dropped is not there). A parent's copy of messages its
+subgraphs derived (a middle subgraph's, the root's) adds nothing to the typed log. A tool task that
 finished and wrote state of its own besides its answers (``Command(update=...)``) reads as run too:
 that state is the head's null writes, which LangGraph applies before the next step (every run from
 the head, a replay included; ``get_state`` shows them) and ``repair`` hands over with the answers
@@ -286,11 +288,16 @@ class _Turn:
 _ASKED = "langgraph"
 
 
-def _derive(messages: Sequence[Any], start: int, turn: _Turn) -> list[tuple[str, dict[str, Any], str | None]]:
+def _derive(
+    messages: Sequence[Any], start: int, turn: _Turn, held: frozenset[int] = frozenset()
+) -> list[tuple[str, dict[str, Any], str | None]]:
     """The typed events for ``messages[start:]`` (pure): each keyed by message or call id so a
-    message derived twice is written once. ``turn`` is advanced in place."""
+    message derived twice is written once; the places in ``held`` (derived before) are passed
+    over, their turn bookkeeping with them. ``turn`` is advanced in place."""
     items: list[tuple[str, dict[str, Any], str | None]] = []
     for index in range(start, len(messages)):
+        if index in held:
+            continue
         message = messages[index]
         kind = getattr(message, "type", None)
         ident = _ident(message, index)
@@ -353,6 +360,12 @@ def _owed_beside(j: journal.Journal, session_id: str, start_seq: int, asked: dic
             latest[str(where.get("ns"))] = {str(c.get("id")) for c in calls if isinstance(c, dict)}
     beside = set().union(*latest.values())
     return beside - set(_journal_results(j, session_id, beside))
+
+
+def _settled(messages: Sequence[Any]) -> bool:
+    """Whether a root checkpoint's messages owe no call: none unanswered (a call a review took
+    out is no longer there), and the last is no tool's answer (the model reads it next)."""
+    return bool(messages) and getattr(messages[-1], "type", None) != "tool" and not projection.unanswered(messages)
 
 
 def _ends(message: Any) -> bool:
@@ -697,7 +710,9 @@ class JournalSaver(BaseCheckpointSaver[str]):
             if any(getattr(m, "id", None) is None for m in lifted):
                 continue  # a message without an id would be a second copy once the subgraph returns
             messages = [*messages, *(m for m in lifted if m.id not in known)]
-        checkpoint["channel_values"][channel] = messages
+        if len(messages) > len(root):
+            checkpoint["channel_values"][channel] = messages
+            self._made(session_id, here, checkpoint, [channel])  # as ``_project`` does: a child names it
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint named by ``config`` (its ``checkpoint_id``), or the thread's latest in
@@ -1104,10 +1119,13 @@ class JournalSaver(BaseCheckpointSaver[str]):
         if channel not in new_versions:
             return [], {}
         start = self._mirrored(session_id, ns, parent, messages)
-        if start >= len(messages):
-            return [], {}
         if ns != "":
             self._nested.add(session_id)
+        nested = session_id in self._nested
+        if start >= len(messages):
+            if ns == "" and nested and _settled(messages):
+                return self._end_held(session_id, messages), {}
+            return [], {}
         open_turn = self.journal.turn_state(session_id)
         counter = self.journal.state(session_id, keys=[_TURN_KEY]).get(_TURN_KEY) or {"turn": 0, "steps": 0}
         if open_turn is not None:
@@ -1118,9 +1136,38 @@ class JournalSaver(BaseCheckpointSaver[str]):
         else:
             turn = _Turn(False, counter["turn"], 0, asked)
         before = (turn.open, turn.number, turn.steps)
-        items = _derive(messages, start, turn)
+        # A parent's copy of what its subgraphs derived (a middle subgraph's, the root's): those
+        # messages are the journal's already, and their turn's start and end with them; derived
+        # again, a call's turn_start would open a turn that its answer's (stored) end never closes.
+        held = self._held(session_id, messages, start) if nested else frozenset()
+        items = _derive(messages, start, turn, held)
+        opened = any(kind == "turn_start" for kind, _data, _key in items)
+        if ns == "" and nested and turn.open and not opened and _settled(messages):
+            items.extend(self._end_held(session_id, messages))
+            turn.open = False
         changed = before != (turn.open, turn.number, turn.steps)
         return items, ({_TURN_KEY: {"turn": turn.number, "steps": turn.steps}} if changed else {})
+
+    def _held(self, session_id: str, messages: builtins.list[Any], start: int) -> frozenset[int]:
+        """The places in ``messages[start:]`` of the messages the journal holds already (by their
+        keys, among its newest typed messages)."""
+        wanted = {_key("lg.m", _ident(m, i)): i for i, m in enumerate(messages[start:], start)}
+        recent = self.journal.events(session_id, types=_SURFACE, newest_first=True, limit=256)
+        return frozenset(wanted[e.key] for e in recent if e.key in wanted)
+
+    def _end_held(self, session_id: str, messages: builtins.list[Any]) -> builtins.list[Any]:
+        """At a root checkpoint, every subgraph of the step has returned: when the root's
+        messages owe no call (``_settled``), the turns subgraphs left open end (one a subgraph's
+        answer left open while a subgraph beside it owed calls, ``_owed_beside``, and that one
+        then dropped them; two side by side may each have opened one), innermost first, each
+        ``turn_end`` keyed by the root's last message and the turn."""
+        ident = _ident(messages[-1], len(messages) - 1)
+        ends: builtins.list[Any] = []
+        for start in reversed(self.journal.open_turns(session_id)):
+            row = self.journal.turn_state(session_id, start.seq)
+            end = {"turn": start.data.get("turn"), "steps": row.steps if row is not None else 0, "reason": "complete"}
+            ends.append(("turn_end", end, _key("lg.te", ident, str(start.seq))))
+        return ends
 
     def _mirrored(self, session_id: str, ns: str, parent: str | None, messages: builtins.list[Any]) -> int:
         """How many of ``messages`` (a prefix) the journal holds already: as the parent
