@@ -387,7 +387,7 @@ class Renumbering(Cashier):
 def test_a_model_that_numbers_its_calls_afresh_has_each_call_run_under_an_id_of_its_own(
     target: str, tmp_path: Path
 ) -> None:
-    """Every response's calls come as ``call_0``: each is renamed (ADK's ``adk-`` kind) when the
+    """Every response's calls come as ``call_0``: each is renamed (``call_`` and a UUID) when the
     session or the response holds the id already, so each runs and gets its own answer (the
     second was answered with the first one's result and never ran)."""
     ledger = Ledger(tmp_path / "ledger.jsonl")
@@ -418,6 +418,10 @@ def test_a_model_that_numbers_its_calls_afresh_has_each_call_run_under_an_id_of_
         "paid 901 cents",
     ]
     assert model.requests and all(orphans(r) == [] for r in model.requests)
+    # The model is handed each call and its response under the session's id (ADK strips its own
+    # ``adk-`` ids from a request: a renamed call reached the model without one).
+    handed = {p.function_call.id for c in model.requests[-1] for p in c.parts or [] if p.function_call}
+    assert handed == set(ids)
     with journal.open(target) as j:
         sid = journal_session_id(APP, USER, "s")
         assert sorted(e.data["id"] for e in j.events(sid, types=["tool_call"])) == sorted(ids)

@@ -41,8 +41,9 @@ a call) is not run again: the callback answers it with the journal's result. The
 its ``tool_result`` as soon as it returns (``after_tool_callback``; an error through
 ``on_tool_error_callback``), before ADK appends its function-response event. A call id is one
 call in a session: a model's call whose id the session holds already (some models number their
-calls afresh in every response: ``call_0``) is given a new one of ADK's kind as the response
-comes in (``after_model_callback``), so it runs and is answered as a call of its own.
+calls afresh in every response: ``call_0``) is given a new one (``call_`` and a UUID's hex) as
+the response comes in (``after_model_callback``), so it runs and is answered as a call of its
+own, and the model is handed it back under that id.
 
 Durability. ``durability="full"`` (the default) makes each commit survive a power cut;
 ``"normal"`` survives a crash or ``kill -9`` and may lose the last commits on a power cut. The
@@ -625,7 +626,9 @@ def fresh_call_ids(response: Any, events: Sequence[AdkEvent]) -> None:
     for call in calls:
         if isinstance(call.id, str):
             if call.id in seen:
-                call.id = f"adk-{uuid.uuid4()}"
+                # Not ADK's own ``adk-`` kind: ADK strips those from what it sends the model, and a
+                # model that names its calls (an OpenAI-compatible one) is handed them back by id.
+                call.id = f"call_{uuid.uuid4().hex}"
             seen.add(call.id)
 
 
@@ -732,9 +735,9 @@ class JournalPlugin(BasePlugin):
             await self.service._open_turn(invocation_context.session)
 
     async def after_model_callback(self, *, callback_context: Any, llm_response: Any) -> None:
-        """Give a function call whose id the session holds already a new id, of ADK's own kind
-        (``adk-`` and a UUID, as ADK gives a call the model sent without one), before the model's
-        event is stored or its tools run: the journal keeps one call per id in a session, and
+        """Give a function call whose id the session holds already a new id (``call_`` and a
+        UUID's hex; not ADK's ``adk-`` kind, which ADK strips from what the model is sent), before
+        the model's event is stored or its tools run: the journal keeps one call per id in a session, and
         some models number their calls afresh in every response (``call_0``): the call was
         answered with the earlier call's result and never ran. Changed in place (a value
         returned here would pass over the agent's own callbacks); the model is shown its calls

@@ -90,6 +90,12 @@ What it cannot do, honestly:
   new id of pydantic-ai's kind as the response comes in, before anything stores or runs it (the
   model is shown it under that id). A run fed a history holding one id twice by other means is
   refused at dispatch (``AlreadyDispatched``) rather than answered with the other call's result.
+  The ids looked at are the run's messages (``ctx.messages``): a history processor that trims
+  older messages away hides their ids from the rename, and such a reuse is refused as above.
+- A tool returning ``ToolReturn`` is recorded as its ``return_value`` (what the model is shown as
+  the call's answer); its ``content``, which pydantic-ai hands the model as a user prompt of its
+  own, is stored with the next model request: a crash before that request loses it (the restart
+  shows the call answered, without that prompt).
 - A tool whose body raises ``ApprovalRequired`` was dispatched before it asked (the dispatch is
   committed before any body runs): the run given the approval refuses to run it again
   (``ApprovedAfterDispatch``, nothing run), since what the body did before it asked is unknown.
