@@ -873,9 +873,13 @@ class Prefixed(OneCall):
         return ChatResult(generations=[ChatGeneration(message=answer)])
 
 
-def side_by_side(db: str, ledger_path: str, *, kill: bool = False) -> tuple[Any, dict[str, Prefixed]]:
+def side_by_side(
+    db: str, ledger_path: str, *, kill: bool = False, nested_b: bool = False
+) -> tuple[Any, dict[str, Prefixed]]:
     """Two agent -> tools subgraphs run side by side from the root. With ``kill``, ``a``'s tool
-    pays once ``b``'s agent has answered (its turn-ending answer stored), then its process dies."""
+    pays once ``b``'s agent has answered (its turn-ending answer stored), then its process dies.
+    With ``nested_b``, ``b``'s runs one level deeper (inside a middle subgraph) and its tool pays
+    once ``a``'s model has answered."""
     ledger = Ledger(ledger_path)
     models = {"a": Prefixed(prefix="a-"), "b": Prefixed(prefix="b-")}
     outer = StateGraph(MessagesState)
@@ -885,12 +889,9 @@ def side_by_side(db: str, ledger_path: str, *, kill: bool = False) -> tuple[Any,
         def pay(cents: int, ref: str) -> str:
             """Pay an amount, in cents, once per ref."""
             if kill and ref.startswith("a-"):
-                deadline = time.monotonic() + 30
-                while time.monotonic() < deadline:
-                    with journal.open(db, readonly=True) as j:
-                        if any(e.data.get("content") == "b-done" for e in j.events("t1", types=["assistant_message"])):
-                            break
-                    time.sleep(0.02)
+                _wait_for(db, "b-done")
+            if nested_b and ref.startswith("b-"):
+                _wait_for(db, "a-done")
             ledger.record(ref=ref)
             if kill and ref.startswith("a-"):
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -902,7 +903,13 @@ def side_by_side(db: str, ledger_path: str, *, kill: bool = False) -> tuple[Any,
         inner.add_edge(START, "agent")
         inner.add_conditional_edges("agent", tools_condition)
         inner.add_edge("tools", "agent")
-        outer.add_node(name, inner.compile())
+        node = inner.compile()
+        if nested_b and name == "b":
+            middle = StateGraph(MessagesState)
+            middle.add_node("inner", node)
+            middle.add_edge(START, "inner")
+            node = middle.compile()
+        outer.add_node(name, node)
         outer.add_edge(START, name)
     return outer.compile(checkpointer=JournalSaver(db)), models
 
@@ -1048,46 +1055,13 @@ def test_g9_a_call_a_subgraph_dropped_does_not_hold_the_turn_open_beside_another
     graph.checkpointer.close()
 
 
-def beside_a_nested_one(db: str, ledger_path: str) -> tuple[Any, dict[str, Prefixed]]:
-    """Two agent -> tools subgraphs side by side, ``b``'s one level deeper (inside a middle
-    subgraph); ``b``'s tool pays once ``a``'s model has answered."""
-    ledger = Ledger(ledger_path)
-    models = {"a": Prefixed(prefix="a-"), "b": Prefixed(prefix="b-")}
-    outer = StateGraph(MessagesState)
-    for name, model in models.items():
-
-        @tool
-        def pay(cents: int, ref: str) -> str:
-            """Pay an amount, in cents, once per ref."""
-            if ref.startswith("b-"):
-                _wait_for(db, "a-done")
-            ledger.record(ref=ref)
-            return f"paid {ref}"
-
-        inner = StateGraph(MessagesState)
-        inner.add_node("agent", lambda state, model=model: {"messages": [model.invoke(state["messages"])]})
-        inner.add_node("tools", ToolNode([pay]))
-        inner.add_edge(START, "agent")
-        inner.add_conditional_edges("agent", tools_condition)
-        inner.add_edge("tools", "agent")
-        node = inner.compile()
-        if name == "b":
-            middle = StateGraph(MessagesState)
-            middle.add_node("inner", node)
-            middle.add_edge(START, "inner")
-            node = middle.compile()
-        outer.add_node(name, node)
-        outer.add_edge(START, name)
-    return outer.compile(checkpointer=JournalSaver(db)), models
-
-
 def test_g9_a_parents_copy_of_a_nested_subgraphs_messages_opens_no_turn(tmp_path: Path) -> None:
     """``a`` answered while ``b``'s inner subgraph still owed its call (the turn held open), then
     ``b``'s inner answer ended the turn; the middle subgraph's checkpoint holds the same messages.
     They are the journal's already, and so are their turn's start and end: a clean run leaves no
     turn open (the middle's copy of the call opened a turn whose end, stored, never came)."""
     db, ledger = tmp_path / "j.db", tmp_path / "ledger"
-    graph, models = beside_a_nested_one(str(db), str(ledger))
+    graph, models = side_by_side(str(db), str(ledger), nested_b=True)
     for text in ("pay both", "and again"):
         graph.invoke({"messages": [("user", text)]}, THREAD, durability="sync")
         j = graph.checkpointer.journal
