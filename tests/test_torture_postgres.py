@@ -9,8 +9,10 @@ touch the session's server (``pg_server``), which the ``--db`` tests use.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -177,14 +179,37 @@ def _untyped() -> None:
     raise ValueError("not the library's error")
 
 
+# Code that runs as the driver's own (its frames' file is psycopg's): an error psycopg raises and
+# handles inside itself, then raises another (its pipeline at a server crash).
+_DRIVER = compile(
+    "def pipeline_communicate():\n"
+    "    try:\n"
+    "        raise OperationalError('consuming input failed: server closed the connection unexpectedly')\n"
+    "    except OperationalError:\n"
+    "        raise OperationalError('server closed the connection unexpectedly')\n",
+    f"{os.sep}site-packages{os.sep}psycopg{os.sep}_pipeline_base.py",
+    "exec",
+)
+
+
+def _translated_over_the_drivers_own() -> None:
+    driver: dict[str, Any] = {"OperationalError": psycopg.OperationalError}
+    exec(_DRIVER, driver)
+    try:
+        driver["pipeline_communicate"]()
+    except psycopg.OperationalError as exc:
+        raise JournalIOError("append", "unknown", str(exc)) from exc
+
+
 @pytest.mark.parametrize(
     ("make", "error", "typed", "untyped"),
     [
         (_translated, "JournalIOError", True, []),
         (_raised_over_an_untranslated_error, "JournalIOError", True, ["psycopg.OperationalError"]),
         (_untyped, "ValueError", False, ["builtins.ValueError"]),
+        (_translated_over_the_drivers_own, "JournalIOError", True, []),
     ],
-    ids=["translated", "untranslated-under-a-typed-one", "untyped"],
+    ids=["translated", "untranslated-under-a-typed-one", "untyped", "the-drivers-own-under-a-translated-one"],
 )
 def test_what_an_agent_died_of_names_every_untranslated_error_in_the_chain(make, error, typed, untyped) -> None:
     died = pgtorture._died_of(_raised(make))

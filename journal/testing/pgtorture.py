@@ -292,6 +292,12 @@ def _died_of(exc: BaseException) -> dict[str, Any]:
         elif current.__cause__ is not None and not isinstance(current.__cause__, JournalError):
             seen.add(id(current.__cause__))  # the translated driver error, then what it interrupted
             current = current.__cause__.__context__
+            while current is not None and not isinstance(current, JournalError) and _in_driver(current):
+                # The driver's own: an error psycopg raised and handled inside itself before it
+                # raised the one the library translated (its pipeline, at a server crash). It
+                # never reached the library's code, so it escaped nothing.
+                seen.add(id(current))
+                current = current.__context__
         elif current.__cause__ is not None:
             current = current.__cause__
         else:
@@ -303,6 +309,13 @@ def _died_of(exc: BaseException) -> dict[str, Any]:
         "outcome": None if getattr(exc, "outcome", None) is None else str(exc.outcome),  # type: ignore[attr-defined]
         "untyped": untyped,
     }
+
+
+def _in_driver(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised and caught inside psycopg alone (every frame it passed is the
+    driver's own)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return bool(frames) and all("psycopg" in f.filename for f in frames)
 
 
 def _where(exc: BaseException) -> str:
