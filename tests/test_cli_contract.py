@@ -299,6 +299,7 @@ def test_check_reports_a_damaged_file_as_not_ok_rather_than_failing(db: Path) ->
     assert report["ok"] is False and report["integrity"] and report["integrity"] != ["ok"]
     text = run("check", db=db)
     assert text.exit_code == 1 and "PROBLEMS FOUND" in text.stdout and "integrity: " in text.stdout
+    assert "journal check" not in result.stdout + text.stdout  # it is the command showing its findings
 
 
 def test_check_on_a_healthy_file_is_ok(db: Path) -> None:

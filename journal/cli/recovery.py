@@ -94,7 +94,8 @@ def _damaged(exc: BaseException) -> bool:
 def _problem(exc: BaseException) -> str:
     """One line saying what reading the file ran into."""
     if isinstance(exc, JournalError):
-        return str(exc)
+        # This is ``journal check``: a message pointing to it points to itself.
+        return str(exc).removesuffix("; `journal check` lists the damage")
     detail = "nests too deep to decode" if isinstance(exc, RecursionError) else f"{type(exc).__name__}: {exc}"
     return f"the file holds data that cannot be read back ({detail})"
 
