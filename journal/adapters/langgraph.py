@@ -322,18 +322,16 @@ def _derive(
             usage = getattr(message, "usage_metadata", None)
             if usage:
                 data["usage"] = {"input": usage.get("input_tokens", 0), "output": usage.get("output_tokens", 0)}
+            if turn.asked is not None:
+                data["metadata"] = {_ASKED: turn.asked}  # where it was asked (``_owed_beside``)
             if calls:
                 if not turn.open:
                     turn.open, turn.number, turn.steps = True, turn.number + 1, 0
                     items.append(("turn_start", {"turn": turn.number}, _key("lg.ts", ident)))
                 turn.steps += 1
-                if turn.asked is not None:
-                    data["metadata"] = {_ASKED: turn.asked}  # where it was asked (``_owed_beside``)
                 items.append(("assistant_message", {**data, "tool_calls": calls}, key))
                 items.extend(("tool_call", call, _key("lg.d", call["id"])) for call in calls)
             else:
-                if turn.asked is not None:
-                    data["metadata"] = {_ASKED: turn.asked}
                 items.append(("assistant_message", data, key))
                 if turn.open and not turn.owed:
                     turn.steps += 1
@@ -1185,9 +1183,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
                     if 0 < count <= len(messages) and _ident(messages[count - 1], count - 1) == last:
                         return self._held_after(session_id, ns, messages, count)
                     break
-        wanted = {_key("lg.m", _ident(m, i)): i for i, m in enumerate(messages)}
-        recent = self.journal.events(session_id, types=_SURFACE, newest_first=True, limit=256)
-        found = [wanted[e.key] for e in recent if e.key in wanted]
+        found = self._held(session_id, messages, 0)
         return max(found) + 1 if found else 0
 
     def _held_after(self, session_id: str, ns: str, messages: builtins.list[Any], count: int) -> int:
