@@ -34,7 +34,9 @@ def _p(path: str) -> str:
 
 def _is_dsn_text(path: str) -> bool:
     """Whether a journal's name is a PostgreSQL DSN (as ``journal.open`` takes one), not a file."""
-    return path.startswith(("postgresql://", "postgres://")) or ("dbname=" in path and "=" in path.split()[0])
+    from journal.store.target import is_dsn  # (here: the store's package imports this module)
+
+    return is_dsn(path)
 
 
 def _listed(values: tuple[object, ...]) -> str:
