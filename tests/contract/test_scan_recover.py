@@ -225,7 +225,7 @@ with journal.open(sys.argv[1]) as j:
     assert json.loads((tmp_path / "ledger").read_text().splitlines()[-1])["call"] == "t1-rm"
 
 
-def test_scan_lists_a_turns_owed_calls_in_the_order_recovery_answers_them(j, fresh) -> None:
+def test_g7_scan_lists_a_turns_owed_calls_in_the_order_recovery_answers_them(j, fresh) -> None:
     """One message asked for ``rm`` then ``log`` (and an earlier one for ``b``): scan names the
     turn's owed calls in the order the plan and recovery answer them (it sorted a message's
     calls by id: ``log`` before ``rm``)."""
